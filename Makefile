@@ -1,0 +1,31 @@
+# unlearnbench: `make demo` runs the built-in example, `make test` the test suite (both install first).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export PYTHONUNBUFFERED := 1
+
+.PHONY: install demo test lint bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+demo: install
+	$(BIN)/unlearnbench
+
+test: install
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check unlearnbench conf tests benchmarks
+
+bench: install
+	$(BIN)/python benchmarks/bench_demo.py
+
+clean:
+	rm -rf multirun_outputs outputs .cache .pytest_cache .ruff_cache build dist *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

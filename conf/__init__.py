@@ -1,0 +1,7 @@
+"""Hydra configs of unlearnbench, shipped as the package `unlearnbench.conf`.
+
+Importing it registers the structured-config schemas, so `pkg://unlearnbench.conf` composes the same way from the
+console script, the compose API and user code.
+"""
+
+import unlearnbench.config  # noqa: F401

@@ -1,0 +1,3 @@
+from unlearnbench.cli import main
+
+main()

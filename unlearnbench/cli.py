@@ -1,0 +1,54 @@
+"""Console scripts: `unlearnbench` (always a Hydra multirun) and `unlearnbench-report DIR…`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+# Arguments after which Hydra must not be forced into a multirun (they inspect or choose the mode themselves).
+MODE_ARGUMENTS = ("-m", "--multirun", "--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "-sc",
+                  "--shell-completion", "--run", "-r")
+
+
+def wants_own_mode(arguments: list[str]) -> bool:
+    return any(a in MODE_ARGUMENTS or a.startswith(("--cfg=", "--info=", "hydra.mode=")) for a in arguments)
+
+
+@hydra.main(version_base="1.3", config_path="pkg://unlearnbench.conf", config_name="config")
+def hydra_job(cfg: DictConfig) -> None:
+    from unlearnbench.job import run_job  # torch is imported here, not for --help
+
+    run_job(cfg)
+
+
+def main() -> None:
+    """`unlearnbench [overrides]`: one job per seed combination; exits non-zero if any job failed."""
+    if not wants_own_mode(sys.argv[1:]):
+        sys.argv.insert(1, "--multirun")
+    hydra_job()
+    from unlearnbench.report.callback import failed_jobs
+
+    sys.exit(1 if failed_jobs else 0)
+
+
+def report_main() -> None:
+    """`unlearnbench-report DIR [DIR…]`: (re)build the report of sweep folders into the first one's `report/`."""
+    import argparse
+
+    from unlearnbench.report.build import build_report, failure_lines
+
+    parser = argparse.ArgumentParser(prog="unlearnbench-report", description=report_main.__doc__)
+    parser.add_argument("folders", nargs="+", type=Path, help="sweep folders holding job folders with result.json")
+    parser.add_argument("--out", type=Path, default=None, help="report folder (default: FIRST_DIR/report)")
+    args = parser.parse_args()
+    missing = [str(f) for f in args.folders if not f.is_dir()]
+    if missing:
+        parser.exit(2, f"unlearnbench-report: not a folder: {', '.join(missing)}\n")
+    out = args.out or args.folders[0] / "report"
+    failed = build_report(args.folders, out)
+    for line in failure_lines(failed, len(list(out.parent.rglob("result.json")))):
+        print(line, file=sys.stderr)
+    print(f"report: {out}")

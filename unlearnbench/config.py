@@ -1,0 +1,143 @@
+"""Structured-config schemas: a misspelled key or a wrongly typed value fails when Hydra composes the config.
+
+Groups whose shape is fixed (seeds, paths, training recipe, evaluation, runtime, scenario, strategy, precision) are
+typed here. Component groups (dataset, model, method) carry the keyword arguments of their `_target_`, which differ
+per component; their constructors' signatures check them before any work starts (see `components.instantiate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import hashlib
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import II, MISSING, OmegaConf
+
+
+@dataclass
+class Seeds:
+    """Training seed fixes M_o; unlearning seed fixes D_f (random sample), M_r and the method; eval seed the MIA."""
+
+    train: int = 0
+    unlearn: int = II("seeds.train")
+    eval: int = II("seeds.unlearn")
+
+
+@dataclass
+class Paths:
+    data_dir: str = MISSING
+    cache_dir: str = MISSING
+
+
+@dataclass
+class Augment:
+    """Batch augmentation on the device: random crop with zero padding, horizontal flip, rotation (degrees)."""
+
+    crop_padding: int = 4
+    flip: bool = True
+    rotation: float = 15.0
+
+
+@dataclass
+class TrainRecipe:
+    """How M_o and M_r are trained (spec/methods.md: the reference recipe)."""
+
+    epochs: int = 20
+    batch_size: int = 64
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    warmup_epochs: float = 1.0
+    milestones: list[int] = field(default_factory=lambda: [8, 12, 16])
+    gamma: float = 0.2
+    augment: Augment = field(default_factory=Augment)
+
+
+@dataclass
+class Evaluation:
+    batch_size: int = 1024
+    mia_max_members: int = 10000  # the MIA attacker sees at most this many retain samples (drawn with seeds.eval)
+    mia_loss_folds: int = 5
+
+
+@dataclass
+class Runtime:
+    accelerator: str = "auto"
+    deterministic: bool = True
+    threads: int | None = None  # torch intra-op threads; fix it for bit-identical results across machines' loads
+    matmul_precision: str = "high"
+    channels_last: bool = True  # faster convolutions on CPUs (and with mixed precision on GPUs)
+    print_table: bool = True
+
+
+@dataclass
+class Scenario:
+    _target_: str = MISSING
+    name: str = MISSING
+    targets: list[Any] | None = None  # class names or fractions; null = the dataset's standard targets
+    batch_size: int = 64  # the reference's unlearning batch size: 64 targeted, 128 random sample
+
+
+@dataclass
+class Strategy:
+    name: str = MISSING
+    fabric: str = MISSING  # the strategy name Fabric understands
+    devices: int = 1
+    num_nodes: int = 1
+    max_devices: int | None = None
+    relaunches_script: bool = False  # starts ranks >= 1 by re-running sys.argv: only safe under SLURM
+    needs_cuda: bool = False
+    module: str | None = None  # Python package it needs
+    extra: str | None = None  # the unlearnbench extra that installs it
+    hint: str | None = None  # what to use instead where it cannot run
+
+
+@dataclass
+class Precision:
+    name: str = MISSING
+    fabric: str | None = None  # a precision string Fabric understands, or null for a bitsandbytes mode
+    bitsandbytes: str | None = None  # nf4, nf4-dq, fp4, fp4-dq, int8, int8-training
+    dtype: str | None = None  # compute dtype of the bitsandbytes layers
+    needs_cuda: bool = False
+    min_capability: list[int] | None = None  # CUDA compute capability, e.g. [8, 9] for FP8
+    module: str | None = None
+    extra: str | None = None
+    hint: str | None = None  # what to use instead on hardware that cannot run it
+
+
+@dataclass
+class Config:
+    dataset: Any = MISSING
+    model: Any = MISSING
+    scenario: Scenario = MISSING
+    strategy: Strategy = MISSING
+    precision: Precision = MISSING
+    seeds: Seeds = field(default_factory=Seeds)
+    paths: Paths = field(default_factory=Paths)
+    train: TrainRecipe = field(default_factory=TrainRecipe)
+    evaluation: Evaluation = field(default_factory=Evaluation)
+    runtime: Runtime = field(default_factory=Runtime)
+    method: Any = None  # absent from the defaults list: `+method=X` selects, none means every method of the task
+
+
+ConfigStore.instance().store(name="unlearnbench_schema", node=Config)
+
+
+def _subdir_suffix(override_dirname: str) -> str:
+    """Job-folder suffix from the overrides that are not already in the folder's readable name.
+
+    Two jobs that differ only in, say, `train.epochs` must not share a folder; a long suffix is shortened with a
+    hash so that it stays a valid file name.
+    """
+    if not override_dirname:
+        return ""
+    text = override_dirname.replace("/", "-")
+    if len(text) > 60:
+        text = f"{text[:40]}-{hashlib.sha1(override_dirname.encode()).hexdigest()[:10]}"
+    return f"_{text}"
+
+
+if not OmegaConf.has_resolver("ub_suffix"):
+    OmegaConf.register_new_resolver("ub_suffix", _subdir_suffix)

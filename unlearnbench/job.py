@@ -1,0 +1,263 @@
+"""One Hydra job: the inner body of the seed-sensitivity algorithm for fixed seeds, written to `result.json`.
+
+    data  <- dataset.load()
+    M_o   <- trained on D with the training seed (or from the cache)
+    for each target c of the scenario:
+        D_f, D_r, D'_f, D'_r <- scenario.split(c, unlearning seed)
+        M_r <- trained on D_r with the unlearning seed (or from the cache)
+        for each method a:
+            M_u <- a(copy of M_o)                      timed; memory and utilisation sampled
+            records += scores of M_o, M_r, M_u on every split, with the evaluation seed
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from unlearnbench import __version__
+from unlearnbench.components import build, target_of
+from unlearnbench.errors import UserError
+
+log = logging.getLogger(__name__)
+SCHEMA = 1
+
+
+@dataclass
+class JobPlan:
+    """What every rank needs, as plain data (it crosses process boundaries under ddp_spawn)."""
+
+    config: dict
+    methods: list[dict]
+    folder: str
+
+
+@dataclass
+class Outcome:
+    records: list[dict] = field(default_factory=list)
+    cache: dict = field(default_factory=lambda: {"original": None, "retrained": []})
+    timings: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    trace: str | None = None
+
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - start
+
+    def add(self, target: str, method: str | None, role: str, scores: dict) -> None:
+        for (metric, split), value in scores.items():
+            self.records.append({"target": target, "method": method, "role": role, "metric": metric,
+                                 "split": split, "value": value})
+
+
+def cost_scores(cost) -> dict:
+    return {(metric, None): value for metric, value in cost.as_dict().items()}
+
+
+def execute(fabric, plan: JobPlan) -> Outcome:
+    """The job's work, run by every rank; rank 0's outcome is the job's. Errors are caught and reported."""
+    import torch
+
+    from unlearnbench.data.base import full_pool
+    from unlearnbench.data.transforms import Normalizer
+    from unlearnbench.methods.base import UnlearningTask
+    from unlearnbench.metrics.scoring import Evaluator, Scorer
+    from unlearnbench.runtime.cache import ModelCache
+    from unlearnbench.runtime.monitor import CostMonitor
+    from unlearnbench.runtime.models import ModelStore
+    from unlearnbench.runtime.seeding import configure_determinism, streams
+
+    cfg = OmegaConf.create(plan.config)
+    seeds, runtime = cfg.seeds, cfg.runtime
+    configure_determinism(runtime.deterministic, runtime.threads, runtime.matmul_precision)
+    say = log.info if fabric.is_global_zero else (lambda *args: None)
+    outcome = Outcome()
+    try:
+        with outcome.timed("load_data"):
+            data = build(plan.config["dataset"], "dataset").load().to(fabric.device)
+        scenario = build(plan.config["scenario"], "scenario")
+        targets = scenario.targets(data)
+        methods = [build(m, "method") for m in plan.methods]
+        normalizer = Normalizer(data.mean, data.std)
+        monitor = CostMonitor(fabric.device)
+
+        def factory():
+            return build(plan.config["model"], "model", num_classes=data.num_classes, in_channels=data.channels,
+                         image_size=data.image_size)
+
+        identity = {"dataset": data.name, "data": data.fingerprint(), "model": plan.config["model"],
+                    "recipe": plan.config["train"], "precision": cfg.precision.name,
+                    "channels_last": runtime.channels_last, "matmul_precision": runtime.matmul_precision}
+        store = ModelStore(fabric, factory, ModelCache(cfg.paths.cache_dir), normalizer, monitor, cfg.train,
+                           identity, runtime.channels_last)
+        evaluator = Evaluator(fabric, data, store, normalizer, cfg.evaluation.batch_size)
+
+        say(f"original model: training seed {seeds.train}")
+        with outcome.timed("original"):
+            original = store.trained(full_pool(data, "train"), "original", seeds.train)
+        outcome.cache["original"] = original.cache
+        with outcome.timed("evaluation:original"):
+            out_o = evaluator.outputs(original.module, remember=True)
+
+        for target in targets:
+            splits = scenario.split(data, target, streams("forget_set", seeds.unlearn).torch)
+            say(f"target {target}: |D_f| = {len(splits.forget_train)}, |D_r| = {len(splits.retain_train)}; "
+                f"retrained model: unlearning seed {seeds.unlearn}")
+            with outcome.timed("retrained"):
+                retrained = store.trained(splits.retain_train, "retrained", seeds.unlearn)
+            outcome.cache["retrained"].append({"target": target, **retrained.cache})
+            scorer = Scorer(splits, seeds.eval, target, cfg.evaluation.mia_max_members,
+                            cfg.evaluation.mia_loss_folds)
+            with outcome.timed("evaluation:retrained"):
+                out_r = evaluator.outputs(retrained.module, remember=True)
+                scores_r = scorer.model_scores(out_r)
+                scores_o = scorer.model_scores(out_o)
+            outcome.add(target, None, "original",
+                        scores_o | scorer.comparison_scores(out_o, scores_o, out_r, scores_r) | cost_scores(original.cost))
+            outcome.add(target, None, "retrained", scores_r | cost_scores(retrained.cost))
+
+            for method in methods:
+                task = UnlearningTask(
+                    fabric, data, splits, scenario, target, normalizer,
+                    rng=streams("method", seeds.unlearn, method.name, target),
+                    original=lambda: store.load(original.state),
+                    random_model=lambda generator: store.new(int(torch.randint(2**62, (1,), generator=generator))),
+                    retrained=retrained.module, retrained_cost=retrained.cost,
+                )
+                say(f"target {target}: unlearning with {method.name}")
+                with outcome.timed(f"method:{method.name}"), monitor.measure() as measured:
+                    unlearned = method.unlearn(store.load(original.state), task)
+                with outcome.timed(f"evaluation:{method.name}"):
+                    out_u = evaluator.outputs(unlearned)
+                    scores_u = scorer.model_scores(out_u)
+                    comparison = scorer.comparison_scores(out_u, scores_u, out_r, scores_r)
+                outcome.add(target, method.name, "unlearned",
+                            scores_u | comparison | cost_scores(method.cost(measured, task)))
+    except UserError as error:
+        outcome.error = str(error)
+    except Exception as error:
+        outcome.error = f"{type(error).__name__}: {error}"
+        outcome.trace = traceback.format_exc()
+    return outcome
+
+
+
+
+def registered_methods(cfg: DictConfig) -> list[dict]:
+    """Every method config of `conf/method/` (and of added config dirs), composed with this job's overrides."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hydra_cfg = HydraConfig.get()
+    loader = GlobalHydra.instance().config_loader()
+    overrides = [*hydra_cfg.overrides.hydra, *hydra_cfg.overrides.task]
+    methods = []
+    for name in loader.get_group_options("method"):
+        composed = loader.load_configuration(hydra_cfg.job.config_name, [*overrides, f"+method={name}"],
+                                             RunMode.RUN)
+        methods.append(OmegaConf.to_container(composed.method, resolve=True))
+    return methods
+
+
+def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
+    """Resolve the config and choose the methods; fail here, before any work, on a method that does not fit."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    task = config["dataset"]["task"]
+    scenario = build(config["scenario"], "scenario")
+    if config.get("method") is not None:
+        method = config["method"]
+        served = target_of(method, "method").task
+        if served != task:
+            raise UserError(f"method {method.get('name')} serves the {served} task, but dataset "
+                            f"{config['dataset']['name']} is a {task} dataset")
+        if not build(method, "method").serves(scenario):
+            raise UserError(f"method {method.get('name')} does not serve scenario {scenario.name}")
+        methods = [method]
+    else:
+        methods = [m for m in registered_methods(cfg) if target_of(m, "method").task == task
+                   and build(m, "method").serves(scenario)]
+    return JobPlan(config, methods, str(folder))
+
+
+def job_fields(cfg: DictConfig) -> dict:
+    return {"task": cfg.dataset.task, "dataset": cfg.dataset.name, "model": cfg.model.name,
+            "scenario": cfg.scenario.name, "method": cfg.method.name if cfg.method is not None else "all",
+            "seed_train": cfg.seeds.train, "seed_unlearn": cfg.seeds.unlearn, "seed_eval": cfg.seeds.eval,
+            "strategy": cfg.strategy.name, "precision": cfg.precision.name,
+            "devices": cfg.strategy.devices * cfg.strategy.num_nodes}
+
+
+def versions() -> dict:
+    import lightning_fabric
+    import torch
+
+    return {"unlearnbench": __version__, "torch": torch.__version__, "lightning": lightning_fabric.__version__,
+            "python": platform.python_version()}
+
+
+def write_json(path: Path, content: dict) -> None:
+    """Write whole or not at all: a temporary file in the same folder, fsync, atomic rename."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "w") as f:
+        json.dump(content, f, indent=1, allow_nan=False)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
+
+
+def finished(path: Path) -> bool:
+    try:
+        return json.loads(path.read_text()).get("status") == "complete"
+    except (OSError, ValueError):
+        return False
+
+
+def run_job(cfg: DictConfig) -> dict:
+    """Run one job into its Hydra output folder, unless its result is already complete there (resumption)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    folder = Path(HydraConfig.get().runtime.output_dir)
+    path = folder / "result.json"
+    if finished(path):
+        log.info("%s: already complete, skipped", folder.name)
+        return json.loads(path.read_text())
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    try:
+        plan = plan_job(cfg, folder)
+        from unlearnbench.runtime.fabric import make_fabric
+
+        fabric = make_fabric(cfg.strategy, cfg.precision, cfg.runtime.accelerator)
+        outcome = fabric.launch(execute, plan)
+    except UserError as error:
+        outcome = Outcome(error=str(error))
+    except Exception as error:
+        outcome = Outcome(error=f"{type(error).__name__}: {error}", trace=traceback.format_exc())
+    if outcome.trace:
+        log.error("%s failed:\n%s", folder.name, outcome.trace)
+    result = {"schema": SCHEMA, "status": "failed" if outcome.error else "complete", "error": outcome.error,
+              "job": job_fields(cfg), "versions": versions(), "started": started,
+              "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "cache": outcome.cache, "timings": outcome.timings, "records": outcome.records}
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(path, result)
+    if result["status"] == "complete" and cfg.runtime.print_table:
+        from unlearnbench.report.console import job_table
+
+        print(job_table(result))
+    return result

@@ -1,0 +1,28 @@
+"""Fine-tune (FT): continue training M_o on D_r alone, so that catastrophic forgetting erases D_f.
+
+Reference: SGD lr 0.02 constant, momentum 0.9, weight decay 5e-4, 5 epochs, train mode, shuffled.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from unlearnbench.methods.base import Method, UnlearningTask
+from unlearnbench.runtime.train import cross_entropy_epochs
+
+
+class FineTune(Method):
+    def __init__(self, name: str, epochs: int = 5, lr: float = 0.02, momentum: float = 0.9,
+                 weight_decay: float = 5e-4, batch_size: int = 64) -> None:
+        super().__init__(name)
+        self.epochs, self.lr, self.momentum, self.weight_decay = epochs, lr, momentum, weight_decay
+        self.batch_size = batch_size
+
+    def unlearn(self, model: nn.Module, task: UnlearningTask) -> nn.Module:
+        optimizer = torch.optim.SGD(model.parameters(), lr=self.lr, momentum=self.momentum,
+                                    weight_decay=self.weight_decay)
+        model, optimizer = task.fabric.setup(model, optimizer)
+        batches = task.batches(task.splits.retain_train, self.batch_size)
+        cross_entropy_epochs(task.fabric, model, optimizer, batches, self.epochs)
+        return model

@@ -1,0 +1,104 @@
+"""Models of one architecture for one dataset: built from a seed, trained with the recipe, served from the cache."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from lightning_fabric import Fabric
+from lightning_fabric.strategies import FSDPStrategy
+from lightning_fabric.wrappers import is_wrapped
+from torch import Tensor, nn
+
+from unlearnbench import __version__
+from unlearnbench.data.base import Subset
+from unlearnbench.data.transforms import Normalizer
+from unlearnbench.runtime.cache import ModelCache, cache_key, tensor_digest
+from unlearnbench.runtime.monitor import Cost, CostMonitor
+from unlearnbench.runtime.seeding import global_seed, streams
+from unlearnbench.runtime.train import train_recipe
+
+
+@dataclass
+class Trained:
+    """A trained model set up for evaluation, its weights on the CPU, its training cost and where it came from."""
+
+    module: nn.Module
+    state: dict[str, Tensor]
+    cost: Cost
+    cache: dict
+
+
+def full_state_dict(fabric: Fabric, model: nn.Module) -> dict[str, Tensor]:
+    """Every parameter and buffer, unsharded, as CPU tensors, with the bare module's names."""
+    if is_wrapped(model) and isinstance(fabric.strategy, FSDPStrategy):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = get_model_state_dict(model._forward_module, options=options)
+    else:
+        state = (model.module if is_wrapped(model) else model).state_dict()
+    return {name: tensor.detach().cpu().clone() for name, tensor in state.items()}
+
+
+class ModelStore:
+    def __init__(self, fabric: Fabric, factory: Callable[[], nn.Module], cache: ModelCache, normalizer: Normalizer,
+                 monitor: CostMonitor, recipe, identity: dict, channels_last: bool = False) -> None:
+        """`identity`: everything besides data, seed and stage that determines a trained model (dataset
+        fingerprint, model config, recipe, precision, numerics switches); it becomes part of every cache key."""
+        self.fabric = fabric
+        self.factory = factory
+        self.cache = cache
+        self.normalizer = normalizer
+        self.monitor = monitor
+        self.recipe = recipe
+        self.identity = {**identity, "version": __version__}
+        self.channels_last = channels_last
+        with torch.device("meta"):  # names only: no memory, no draw from any RNG
+            self.parameter_names = [name for name, _ in factory().named_parameters()]
+
+    def new(self, seed: int) -> nn.Module:
+        """A freshly initialised model: PyTorch's initialisers draw from the global RNG, seeded here for them."""
+        with global_seed(seed):
+            return self.formatted(self.factory())
+
+    def load(self, state: dict[str, Tensor]) -> nn.Module:
+        """A bare model holding `state` (parameters allocated without initialising them first)."""
+        with self.fabric.init_module(empty_init=True):
+            model = self.factory()
+        model.load_state_dict(state)
+        return self.formatted(model)
+
+    def formatted(self, model: nn.Module) -> nn.Module:
+        """channels_last memory format: the fast path for convolutions on CPUs and with mixed precision on GPUs."""
+        return model.to(memory_format=torch.channels_last) if self.channels_last else model
+
+    def parameters_of(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        return {name: state[name] for name in self.parameter_names}
+
+    def trained(self, subset: Subset, stage: str, seed: int) -> Trained:
+        """The model trained from scratch on `subset` with the recipe and `seed`, from the cache when it is there.
+
+        `stage` ('original' or 'retrained') names the seed stream: M_o draws from the training seed, M_r from the
+        unlearning seed.
+        """
+        indices = torch.sort(subset.indices.cpu()).values
+        key = cache_key({**self.identity, "pool": subset.pool, "indices": tensor_digest(indices),
+                         "stage": stage, "seed": seed})
+
+        def train() -> tuple[dict[str, Tensor], dict]:
+            rng = streams(stage, seed)
+            model = self.new(rng.seed)
+            with self.monitor.measure() as cost:
+                model, accuracy = train_recipe(self.fabric, model, subset, self.recipe, self.normalizer, rng.torch)
+            meta = {**cost.as_dict(), "train_s": cost.time_s, "final_train_acc": accuracy, "stage": stage,
+                    "seed": seed, "samples": len(subset)}
+            return full_state_dict(self.fabric, model), meta
+
+        group = self.fabric if self.fabric.world_size > 1 else None
+        entry = self.cache.get_or_build(key, train, group=group)
+        meta = entry.meta
+        cost = Cost(meta.get("time_s"), meta.get("memory_gib"), meta.get("utilisation_pct"))
+        module = self.fabric.setup_module(self.load(entry.state))
+        return Trained(module, entry.state, cost, {"key": key, "hit": entry.hit, "train_s": meta.get("train_s")})

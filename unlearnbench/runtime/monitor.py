@@ -1,0 +1,140 @@
+"""Cost of one call: wall time, peak memory above the level before it, and utilisation (spec/metrics.md).
+
+A background thread samples at 10 Hz: on CUDA, NVML's per-process utilisation samples (de-duplicated by their
+timestamps) and PyTorch's allocator peak; on the CPU, the resident memory of the process tree, and the process's
+CPU time over the call for utilisation. What a platform cannot measure is reported as None with a reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import psutil
+import torch
+
+log = logging.getLogger(__name__)
+GIB = 1024**3
+
+
+@dataclass
+class Cost:
+    time_s: float | None = None
+    memory_gib: float | None = None
+    utilisation_pct: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, float | None]:
+        return {"time_s": self.time_s, "memory_gib": self.memory_gib, "utilisation_pct": self.utilisation_pct}
+
+
+def tree_rss(process: psutil.Process) -> int:
+    total = process.memory_info().rss
+    for child in process.children(recursive=True):
+        try:
+            total += child.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+class NvmlUtilisation:
+    """Time-averaged SM utilisation of this process on one GPU, from NVML's sample buffer."""
+
+    def __init__(self, device_index: int) -> None:
+        import pynvml
+
+        self.nvml = pynvml
+        pynvml.nvmlInit()
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+        self.pid = os.getpid()
+        self.last_seen = 0
+        self.samples: dict[int, int] = {}
+
+    def sample(self) -> None:
+        try:
+            for s in self.nvml.nvmlDeviceGetProcessUtilization(self.handle, self.last_seen):
+                if s.pid == self.pid:
+                    self.samples[s.timeStamp] = s.smUtil
+                    self.last_seen = max(self.last_seen, s.timeStamp)
+        except self.nvml.NVMLError:
+            pass  # no sample since last_seen: NVML reports NOT_FOUND
+
+    def mean(self) -> float | None:
+        return sum(self.samples.values()) / len(self.samples) if self.samples else None
+
+
+class CostMonitor:
+    """Usage: `with monitor.measure() as cost: ...`; `cost` is filled when the block ends."""
+
+    def __init__(self, device: torch.device, interval_s: float = 0.1) -> None:
+        self.device = device
+        self.interval_s = interval_s
+        self.process = psutil.Process()
+
+    @contextmanager
+    def measure(self) -> Iterator[Cost]:
+        cost = Cost()
+        cuda = self.device.type == "cuda"
+        gpu_util = self.open_nvml(cost) if cuda else None
+        stop = threading.Event()
+        peak_rss = [tree_rss(self.process)]
+
+        def sample() -> None:
+            while not stop.wait(self.interval_s):
+                peak_rss[0] = max(peak_rss[0], tree_rss(self.process))
+                if gpu_util is not None:
+                    gpu_util.sample()
+
+        self.synchronize()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+            allocated_before = torch.cuda.memory_allocated(self.device)
+        rss_before = peak_rss[0]
+        cpu_before = self.process.cpu_times()
+        thread = threading.Thread(target=sample, daemon=True)
+        thread.start()
+        start = time.perf_counter()
+        try:
+            yield cost
+        finally:
+            self.synchronize()
+            cost.time_s = time.perf_counter() - start
+            stop.set()
+            thread.join()
+            peak_rss[0] = max(peak_rss[0], tree_rss(self.process))
+            if cuda:
+                cost.memory_gib = (torch.cuda.max_memory_allocated(self.device) - allocated_before) / GIB
+                if gpu_util is not None:
+                    gpu_util.sample()
+                    cost.utilisation_pct = gpu_util.mean()
+                    if cost.utilisation_pct is None:
+                        cost.notes.append("utilisation_pct: NVML gave no sample for this process during the call")
+            else:
+                cost.memory_gib = (peak_rss[0] - rss_before) / GIB
+                cost.utilisation_pct = self.cpu_utilisation(cpu_before, cost.time_s)
+            for note in cost.notes:
+                log.info("cost not measured: %s", note)
+
+    def cpu_utilisation(self, before, elapsed: float) -> float | None:
+        """CPU time of the process over the call as a percentage of the cores it may use."""
+        after = self.process.cpu_times()
+        busy = (after.user - before.user) + (after.system - before.system)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        return 100.0 * busy / (elapsed * cores) if elapsed > 0 else None
+
+    def open_nvml(self, cost: Cost) -> NvmlUtilisation | None:
+        try:
+            return NvmlUtilisation(self.device.index or 0)
+        except Exception as error:  # no NVML library, no permission, a MIG slice: report null, never 0
+            cost.notes.append(f"utilisation_pct: NVML unavailable ({error})")
+            return None
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
