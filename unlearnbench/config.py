@@ -7,10 +7,9 @@ per component; their constructors' signatures check them before any work starts 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
-
-import hashlib
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import II, MISSING, OmegaConf
@@ -68,7 +67,9 @@ class Runtime:
     deterministic: bool = True
     threads: int | None = None  # torch intra-op threads; fix it for bit-identical results across machines' loads
     matmul_precision: str = "high"
-    channels_last: bool = True  # faster convolutions on CPUs (and with mixed precision on GPUs)
+    # null: on for CUDA (cuDNN's fast path), off elsewhere: on CPUs, PyTorch 2.14's channels_last 1×1 stride-2
+    # convolution backward is nondeterministic and can corrupt memory (seen with narrow ResNets).
+    channels_last: bool | None = None
     print_table: bool = True
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import psutil
 from omegaconf import DictConfig, OmegaConf
 
 from unlearnbench import __version__
@@ -32,6 +33,7 @@ from unlearnbench.errors import UserError
 
 log = logging.getLogger(__name__)
 SCHEMA = 1
+idle_since = psutil.Process().create_time()  # start of this process, then the end of its last job
 
 
 @dataclass
@@ -78,15 +80,18 @@ def execute(fabric, plan: JobPlan) -> Outcome:
     from unlearnbench.methods.base import UnlearningTask
     from unlearnbench.metrics.scoring import Evaluator, Scorer
     from unlearnbench.runtime.cache import ModelCache
-    from unlearnbench.runtime.monitor import CostMonitor
+    from unlearnbench.runtime.fabric import quiet_known_warnings
     from unlearnbench.runtime.models import ModelStore
+    from unlearnbench.runtime.monitor import CostMonitor
     from unlearnbench.runtime.seeding import configure_determinism, streams
 
+    outcome = Outcome()
+    outcome.timings["startup"] = time.time() - max(idle_since, psutil.Process().create_time())
     cfg = OmegaConf.create(plan.config)
     seeds, runtime = cfg.seeds, cfg.runtime
     configure_determinism(runtime.deterministic, runtime.threads, runtime.matmul_precision)
+    quiet_known_warnings()
     say = log.info if fabric.is_global_zero else (lambda *args: None)
-    outcome = Outcome()
     try:
         with outcome.timed("load_data"):
             data = build(plan.config["dataset"], "dataset").load().to(fabric.device)
@@ -100,11 +105,12 @@ def execute(fabric, plan: JobPlan) -> Outcome:
             return build(plan.config["model"], "model", num_classes=data.num_classes, in_channels=data.channels,
                          image_size=data.image_size)
 
+        channels_last = runtime.channels_last if runtime.channels_last is not None else fabric.device.type == "cuda"
         identity = {"dataset": data.name, "data": data.fingerprint(), "model": plan.config["model"],
                     "recipe": plan.config["train"], "precision": cfg.precision.name,
-                    "channels_last": runtime.channels_last, "matmul_precision": runtime.matmul_precision}
+                    "channels_last": channels_last, "matmul_precision": runtime.matmul_precision}
         store = ModelStore(fabric, factory, ModelCache(cfg.paths.cache_dir), normalizer, monitor, cfg.train,
-                           identity, runtime.channels_last)
+                           identity, channels_last)
         evaluator = Evaluator(fabric, data, store, normalizer, cfg.evaluation.batch_size)
 
         say(f"original model: training seed {seeds.train}")
@@ -127,8 +133,8 @@ def execute(fabric, plan: JobPlan) -> Outcome:
                 out_r = evaluator.outputs(retrained.module, remember=True)
                 scores_r = scorer.model_scores(out_r)
                 scores_o = scorer.model_scores(out_o)
-            outcome.add(target, None, "original",
-                        scores_o | scorer.comparison_scores(out_o, scores_o, out_r, scores_r) | cost_scores(original.cost))
+            comparison_o = scorer.comparison_scores(out_o, scores_o, out_r, scores_r)
+            outcome.add(target, None, "original", scores_o | comparison_o | cost_scores(original.cost))
             outcome.add(target, None, "retrained", scores_r | cost_scores(retrained.cost))
 
             for method in methods:
@@ -244,6 +250,8 @@ def run_job(cfg: DictConfig) -> dict:
 
         fabric = make_fabric(cfg.strategy, cfg.precision, cfg.runtime.accelerator)
         outcome = fabric.launch(execute, plan)
+        if not fabric.is_global_zero:  # under SLURM every task runs the job: rank 0 alone writes
+            return {}
     except UserError as error:
         outcome = Outcome(error=str(error))
     except Exception as error:
@@ -256,6 +264,8 @@ def run_job(cfg: DictConfig) -> dict:
               "cache": outcome.cache, "timings": outcome.timings, "records": outcome.records}
     folder.mkdir(parents=True, exist_ok=True)
     write_json(path, result)
+    global idle_since
+    idle_since = time.time()
     if result["status"] == "complete" and cfg.runtime.print_table:
         from unlearnbench.report.console import job_table
 

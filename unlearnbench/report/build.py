@@ -17,5 +17,7 @@ def build_report(folders: list[Path], out: Path) -> list[dict]:
 
 
 def failure_lines(failed: list[dict], total: int) -> list[str]:
-    lines = [f"{len(failed)} of {total} jobs failed:"] if len(failed) > 1 or total > 1 else []
+    if not failed:
+        return []
+    lines = [f"{len(failed)} of {total} jobs failed:"] if total > 1 else []
     return lines + [f"FAILED {Path(job['folder']).name}: {job['error']}" for job in failed]

@@ -75,7 +75,7 @@ class ModelCache:
                 log.warning("cache entry %s: weights do not match their hash: rebuilding it", key[:12])
                 return None
             state = load_file(folder / WEIGHTS)
-        except (OSError, ValueError, KeyError) as error:
+        except (OSError, ValueError, KeyError, TypeError) as error:
             log.warning("cache entry %s is unreadable (%s): rebuilding it", key[:12], error)
             return None
         return Entry(key, state, meta, hit=True)

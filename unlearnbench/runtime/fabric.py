@@ -6,6 +6,7 @@ A mode whose package or hardware is missing fails before any work with one line 
 from __future__ import annotations
 
 import importlib.util
+import warnings
 
 import torch
 from lightning_fabric import Fabric
@@ -74,3 +75,11 @@ def make_fabric(strategy, precision, accelerator: str) -> Fabric:
     accelerator = check_runtime(strategy, precision, accelerator)
     return Fabric(accelerator=accelerator, strategy=strategy.fabric, devices=strategy.devices,
                   num_nodes=strategy.num_nodes, **fabric_precision(precision))
+
+
+def quiet_known_warnings() -> None:
+    """Silence two warnings every data-parallel run would print, neither of which needs action:
+    1×1 convolutions' gradients have strides that DDP's buckets do not expect (their layouts are equivalent), and
+    Lightning's all_gather uses a torch function deprecated in favour of a private one."""
+    warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
+    warnings.filterwarnings("ignore", message=r".*all_gather is deprecated")

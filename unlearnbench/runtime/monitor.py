@@ -7,6 +7,7 @@ CPU time over the call for utilisation. What a platform cannot measure is report
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -36,10 +37,8 @@ class Cost:
 def tree_rss(process: psutil.Process) -> int:
     total = process.memory_info().rss
     for child in process.children(recursive=True):
-        try:
+        with contextlib.suppress(psutil.Error):  # a child that ended meanwhile
             total += child.memory_info().rss
-        except psutil.Error:
-            pass
     return total
 
 

@@ -18,9 +18,10 @@ import torch
 
 
 def seed_sequence(stage: str, *seeds: int | str) -> np.random.SeedSequence:
-    """Entropy from the stage's name and the seeds; strings (method names, targets) enter as their CRC32."""
-    words = [zlib.crc32(s.encode()) if isinstance(s, str) else int(s) for s in (stage, *seeds)]
-    return np.random.SeedSequence(words)
+    """Entropy from the stage's name, the number of seeds and the seeds; strings (method names, targets) enter as
+    their CRC32. (The count keeps `("s", 0)` apart from `("s",)`: SeedSequence pads short entropy with zeros.)"""
+    words = [zlib.crc32(s.encode()) if isinstance(s, str) else int(s) for s in seeds]
+    return np.random.SeedSequence([zlib.crc32(stage.encode()), len(words), *words])
 
 
 @dataclass

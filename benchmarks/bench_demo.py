@@ -1,0 +1,60 @@
+"""Time the demo (`unlearnbench` with no arguments) from an empty cache, stage by stage.
+
+Targets on a 2-core CPU: the whole demo within 30 s; evaluating every metric for one method within 1 s.
+Run with `make bench`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEMO_TARGET_S = 30.0
+EVALUATION_TARGET_S = 1.0
+
+
+def run_demo(folder: Path) -> tuple[float, dict]:
+    command = [str(Path(sys.executable).parent / "unlearnbench"), f"hydra.sweep.dir={folder / 'sweep'}",
+               f"paths.cache_dir={folder / 'cache'}", "runtime.print_table=false"]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True, cwd=folder)
+    wall = time.perf_counter() - start
+    (result_file,) = (folder / "sweep").glob("*/result.json")
+    return wall, json.loads(result_file.read_text())
+
+
+def rows(wall: float, result: dict) -> list[tuple[str, float, str]]:
+    timings = result["timings"]
+    table = [("whole demo (wall clock)", wall, f"target ≤ {DEMO_TARGET_S:.0f} s"),
+             ("import and start-up", timings["startup"], "process start to first work"),
+             ("load data", timings["load_data"], ""),
+             ("train original model", timings["original"], ""),
+             ("train retrained model", timings["retrained"], "")]
+    for stage, seconds in timings.items():
+        if stage.startswith("method:"):
+            table.append((f"unlearn: {stage.removeprefix('method:')}", seconds, ""))
+    for stage, seconds in timings.items():
+        if stage.startswith("evaluation:"):
+            target = f"target ≤ {EVALUATION_TARGET_S:.0f} s" if stage.count(":") == 1 else ""
+            table.append((f"evaluate: {stage.removeprefix('evaluation:')}", seconds, target))
+    table.append(("rest (result, report, exit)", wall - sum(timings.values()), ""))
+    return table
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        wall, result = run_demo(Path(tmp))
+    print(f"unlearnbench demo: {result['job']['dataset']}, {result['job']['model']}, {result['job']['scenario']}, "
+          f"every method, from an empty cache")
+    print(f"{'stage':32} {'seconds':>8}  note")
+    print(f"{'-' * 32} {'-' * 8}  {'-' * 14}")
+    for name, seconds, note in rows(wall, result):
+        print(f"{name:32} {seconds:8.2f}  {note}")
+
+
+if __name__ == "__main__":
+    main()

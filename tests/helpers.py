@@ -1,0 +1,64 @@
+"""Test helpers: composing configs, running jobs in-process or through the real console script."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A digits setting that trains in about a second per model on 2 CPU cores and still learns (~85% test accuracy).
+TINY = ["model.width=8", "train.epochs=3", "train.milestones=[2]", "train.batch_size=64", "train.lr=0.05",
+        "runtime.threads=1", "runtime.print_table=false"]
+
+
+def compose_config(overrides: list[str], return_hydra_config: bool = False):
+    with initialize_config_module("unlearnbench.conf", version_base="1.3"):
+        return compose("config", overrides=overrides, return_hydra_config=return_hydra_config)
+
+
+def plain_config(overrides: list[str], tmp_path: Path) -> dict:
+    """A resolved config as plain data, with the paths a job needs pointed into `tmp_path`."""
+    cfg = compose_config([f"paths.data_dir={tmp_path / 'data'}", f"paths.cache_dir={tmp_path / 'cache'}",
+                          *overrides])
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def run_in_process(overrides: list[str], tmp_path: Path, methods: list[str]):
+    """Run a job's body on one CPU process (no Hydra job folder): the fast way to test what a job computes."""
+    from lightning_fabric import Fabric
+
+    from unlearnbench.job import JobPlan, execute
+
+    config = plain_config([o for o in overrides if not o.startswith("method.")], tmp_path)
+    method_configs = [plain_config([*overrides, f"+method={m}"], tmp_path)["method"] for m in methods]
+    fabric = Fabric(accelerator="cpu", devices=1, precision=config["precision"]["fabric"])
+    return execute(fabric, JobPlan(config, method_configs, str(tmp_path)))
+
+
+def run_cli(args: list[str], tmp_path: Path, sweep: str = "sweep", timeout: int = 600,
+            program: str = "unlearnbench") -> subprocess.CompletedProcess:
+    """The real console script in a subprocess, with its sweep folder and cache under `tmp_path`."""
+    command = [str(Path(sys.executable).parent / program), *args]
+    if program == "unlearnbench":
+        defaults = {"hydra.sweep.dir": tmp_path / sweep, "paths.cache_dir": tmp_path / "cache",
+                    "paths.data_dir": tmp_path / "data"}
+        command += [f"{key}={value}" for key, value in defaults.items()
+                    if not any(a.startswith(f"{key}=") for a in args)]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
+
+
+def results(folder: Path) -> dict[str, dict]:
+    """result.json of every job folder under a sweep folder, by folder name."""
+    return {p.parent.name: json.loads(p.read_text()) for p in sorted(folder.glob("*/result.json"))}
+
+
+def values(result: dict, **match) -> list:
+    return [r["value"] for r in result["records"] if all(r[k] == v for k, v in match.items())]

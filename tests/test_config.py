@@ -1,0 +1,123 @@
+"""Config tree: every option composes against the schemas, typos fail at composition, seeds interpolate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import compose_config
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from unlearnbench.cli import wants_own_mode
+from unlearnbench.components import build
+from unlearnbench.config import _subdir_suffix
+from unlearnbench.errors import UserError
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def test_default_is_the_digits_demo_without_a_method():
+    cfg = compose_config([])
+    assert (cfg.dataset.name, cfg.model.name, cfg.scenario.name) == ("digits", "resnet18", "full_class")
+    assert (cfg.strategy.name, cfg.precision.name, cfg.strategy.devices) == ("single", "32-true", 1)
+    assert cfg.method is None
+    assert cfg.model.width == 16  # digits asks for a narrow ResNet18; 64 is the reference width
+    assert compose_config(["dataset=cifar10"]).model.width == 64
+
+
+@pytest.mark.parametrize("group", ["dataset", "model", "method", "scenario", "strategy", "precision"])
+def test_every_option_composes(group):
+    names = options(group)
+    assert names, group
+    for name in names:
+        override = f"+method={name}" if group == "method" else f"{group}={name}"
+        cfg = compose_config([override, "paths.data_dir=/data", "paths.cache_dir=/cache"])
+        OmegaConf.to_container(cfg[group], resolve=True)  # interpolations resolve
+        assert cfg[group].name == name
+
+
+def test_all_fourteen_precisions_and_seven_strategies_exist():
+    assert len(options("precision")) == 14
+    assert set(options("strategy")) == {"single", "ddp_spawn", "ddp", "fsdp", "deepspeed_stage_1",
+                                        "deepspeed_stage_2", "deepspeed_stage_3"}
+
+
+def test_seeds_default_to_each_other_and_override_independently():
+    cfg = compose_config(["seeds.train=7"])
+    assert (cfg.seeds.train, cfg.seeds.unlearn, cfg.seeds.eval) == (7, 7, 7)
+    cfg = compose_config(["seeds.train=7", "seeds.unlearn=3"])
+    assert (cfg.seeds.train, cfg.seeds.unlearn, cfg.seeds.eval) == (7, 3, 3)
+
+
+@pytest.mark.parametrize("override", ["seeds.trian=1", "train.epoch=3", "scenario.target=[1]", "runtime.thread=2",
+                                      "dataset.nmae=x"])
+def test_misspelled_key_fails_at_composition(override):
+    with pytest.raises((ConfigCompositionException, ConfigKeyError)):
+        compose_config([override])
+
+
+@pytest.mark.parametrize("override", ["seeds.train=abc", "train.epochs=many", "strategy.devices=two"])
+def test_wrongly_typed_value_fails_at_composition(override):
+    with pytest.raises((ConfigCompositionException, ValidationError)):
+        compose_config([override])
+
+
+def test_unknown_group_option_fails():
+    with pytest.raises(ConfigCompositionException, match="method/nope"):
+        compose_config(["+method=nope"])
+
+
+def test_dataset_sets_its_own_recipe_and_command_line_wins():
+    assert list(compose_config(["dataset=cifar100"]).train.milestones) == [60, 120, 160]
+    assert compose_config(["dataset=cifar100"]).train.epochs == 200
+    assert compose_config(["dataset=cifar20"]).train.epochs == 40
+    cfg = compose_config(["dataset=cifar10", "train.epochs=3"])
+    assert (cfg.train.epochs, cfg.train.lr, cfg.train.batch_size) == (3, 0.1, 64)
+
+
+def test_method_options_are_checked_against_the_constructor():
+    method = OmegaConf.to_container(compose_config(["+method=finetune"]).method, resolve=True)
+    assert build(method, "method").lr == 0.02
+    with pytest.raises(UserError, match=r"unknown option lrr.*valid options: .*lr"):
+        build({**method, "lrr": 1}, "method")
+
+
+def test_dataset_options_follow_the_base_class():
+    dataset = OmegaConf.to_container(compose_config([]).dataset, resolve=True)
+    with pytest.raises(UserError, match=r"unknown option test_fractoin.*test_fraction.*mean"):
+        build({**dataset, "test_fractoin": 0.3}, "dataset")
+
+
+def test_slurm_preset_uses_submitit_with_one_task_per_device():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    cfg = compose_config(["hydra/launcher=slurm", "strategy=ddp", "strategy.devices=4"], return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert launcher.tasks_per_node == 4 and launcher.gpus_per_node == 4
+    assert launcher.timeout_min > 0
+
+
+def test_sweep_folder_names_are_readable_and_distinct():
+    cfg = compose_config(["+method=finetune", "seeds.train=3"], return_hydra_config=True)
+    assert cfg.hydra.sweep.subdir == "digits_resnet18_full_class_finetune_t3_u3_e3"
+    assert compose_config([], return_hydra_config=True).hydra.sweep.subdir.endswith("_all_t0_u0_e0")
+    assert _subdir_suffix("") == ""
+    assert _subdir_suffix("train.epochs=2") == "_train.epochs=2"
+    long = ",".join(f"key{i}=value{i}" for i in range(20))
+    assert len(_subdir_suffix(long)) < 60 and _subdir_suffix(long) != _subdir_suffix(long + "x")
+    assert "/" not in _subdir_suffix("dataset.root=/a/b")
+
+
+@pytest.mark.parametrize(("arguments", "expected"), [
+    ([], False), (["+method=ssd", "seeds.train=range(11)"], False), (["-m"], True), (["--multirun"], True),
+    (["--cfg", "job"], True), (["--help"], True), (["--info"], True), (["-sc", "install=bash"], True),
+    (["hydra.mode=RUN"], True),
+])
+def test_console_script_adds_multirun_unless_asked_otherwise(arguments, expected):
+    assert wants_own_mode(arguments) is expected

@@ -1,0 +1,123 @@
+"""What one job computes, run in-process on one CPU: reproducibility, the retrain baseline, the cache, precisions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from helpers import run_in_process
+
+COST = {"time_s", "memory_gib", "utilisation_pct"}
+SPLITS = {"forget_train", "retain_train", "forget_test", "retain_test"}
+
+
+def scientific(records: list[dict]) -> list[dict]:
+    return [r for r in records if r["metric"] not in COST]
+
+
+def by_key(records: list[dict]) -> dict:
+    return {(r["target"], r["method"], r["role"], r["metric"], r["split"]): r["value"] for r in records}
+
+
+@pytest.fixture(scope="module")
+def twice(tmp_path_factory):
+    """The same job twice, each with an empty cache, then once more on the second run's (full) cache."""
+    from helpers import TINY
+
+    overrides = list(TINY)
+    first = run_in_process(overrides, tmp_path_factory.mktemp("a"), ["finetune", "retrain"])
+    folder = tmp_path_factory.mktemp("b")
+    second = run_in_process(overrides, folder, ["finetune", "retrain"])
+    cached = run_in_process(overrides, folder, ["finetune", "retrain"])
+    return first, second, cached
+
+
+def test_job_completes_with_every_record(twice):
+    outcome = twice[0]
+    assert outcome.error is None, outcome.trace
+    records = by_key(outcome.records)
+    for role, method in (("original", None), ("retrained", None), ("unlearned", "finetune"),
+                         ("unlearned", "retrain")):
+        for split in SPLITS:
+            for metric in ("acc", "loss"):
+                assert ("3", method, role, metric, split) in records
+        assert ("3", method, role, "mia", "forget_train") in records
+        for metric in COST:
+            assert ("3", method, role, metric, None) in records
+    for method, role in ((None, "original"), ("finetune", "unlearned")):
+        for split in SPLITS:
+            for metric in ("activation_distance", "js_divergence", "completeness", "delta_acc", "delta_loss"):
+                assert ("3", method, role, metric, split) in records
+        for metric, split in (("layer_distance", None), ("delta_mia", "forget_train"), ("tow", None)):
+            assert ("3", method, role, metric, split) in records
+    assert all(isinstance(r["value"], float) and math.isfinite(r["value"]) for r in scientific(outcome.records)
+               if r["value"] is not None)
+
+
+def test_the_original_model_learned_and_the_retrained_one_never_saw_the_class(twice):
+    records = by_key(twice[0].records)
+    assert records["3", None, "original", "acc", "retain_test"] > 0.7
+    assert records["3", None, "original", "acc", "forget_test"] > 0.5
+    assert records["3", None, "retrained", "acc", "forget_test"] == 0.0
+    assert records["3", None, "retrained", "acc", "retain_test"] > 0.7
+
+
+def test_same_job_twice_with_empty_caches_gives_bit_identical_records(twice):
+    first, second, _ = twice
+    assert first.cache["original"]["key"] == second.cache["original"]["key"]
+    assert not first.cache["original"]["hit"] and not second.cache["original"]["hit"]
+    assert scientific(first.records) == scientific(second.records)
+
+
+def test_cache_hits_give_the_same_records_as_training(twice):
+    _, second, cached = twice
+    assert cached.cache["original"]["hit"] and all(r["hit"] for r in cached.cache["retrained"])
+    assert scientific(cached.records) == scientific(second.records)
+
+
+def test_retrain_baseline_matches_the_retrained_model_exactly(twice):
+    records = [r for r in twice[0].records if r["method"] == "retrain"]
+    deltas = [r for r in records if r["metric"].startswith("delta_")]
+    assert len(deltas) == 9 and all(r["value"] == 0.0 for r in deltas)
+    values = by_key(records)
+    assert values["3", "retrain", "unlearned", "layer_distance", None] == 0.0
+    for split in SPLITS:
+        assert values["3", "retrain", "unlearned", "completeness", split] == 1.0
+        assert values["3", "retrain", "unlearned", "js_divergence", split] == 0.0
+        assert values["3", "retrain", "unlearned", "activation_distance", split] == 0.0
+    # its cost is that of retraining, not of returning a model
+    retrained = by_key(twice[0].records)["3", None, "retrained", "time_s", None]
+    assert values["3", "retrain", "unlearned", "time_s", None] == retrained > 0.1
+
+
+def test_finetune_moves_away_from_the_original(twice):
+    records = by_key(twice[0].records)
+    assert records["3", "finetune", "unlearned", "layer_distance", None] > 0
+    assert records["3", "finetune", "unlearned", "acc", "forget_test"] < records["3", None, "original", "acc",
+                                                                                  "forget_test"]
+
+
+def test_random_sample_scenario_uses_the_forget_set_as_forget_test(tmp_path, tiny):
+    outcome = run_in_process([*tiny, "scenario=random_sample", "scenario.targets=[0.05]"], tmp_path, ["retrain"])
+    assert outcome.error is None, outcome.trace
+    records = by_key(outcome.records)
+    assert records["0.05", None, "original", "acc", "forget_train"] == records["0.05", None, "original", "acc",
+                                                                                "forget_test"]
+
+
+def test_unlearning_seed_changes_the_forget_set_and_the_retrained_model(tmp_path, tiny):
+    base = [*tiny, "scenario=random_sample", "scenario.targets=[0.05]"]
+    a = run_in_process([*base, "seeds.unlearn=0"], tmp_path, ["retrain"])
+    b = run_in_process([*base, "seeds.unlearn=1"], tmp_path, ["retrain"])
+    assert a.cache["original"]["key"] == b.cache["original"]["key"] and b.cache["original"]["hit"]
+    assert a.cache["retrained"][0]["key"] != b.cache["retrained"][0]["key"]
+
+
+@pytest.mark.parametrize("precision", ["64-true", "bf16-mixed", "bf16-true", "16-true"])
+def test_cpu_precisions_run_a_tiny_job(tmp_path, precision):
+    overrides = ["model.width=4", "train.epochs=1", "runtime.threads=1", f"precision={precision}",
+                 "method.epochs=1"]
+    outcome = run_in_process(overrides, tmp_path, ["finetune"])
+    assert outcome.error is None, outcome.trace
+    accuracy = by_key(outcome.records)["3", "finetune", "unlearned", "acc", "retain_test"]
+    assert 0.0 <= accuracy <= 1.0
