@@ -25,11 +25,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import psutil
+import torch
+from lightning_fabric import Fabric
 from omegaconf import DictConfig, OmegaConf
+from torch import nn
 
 from unlearnbench import __version__
 from unlearnbench.components import build, target_of
+from unlearnbench.data.base import full_pool
+from unlearnbench.data.scenarios import Splits
+from unlearnbench.data.transforms import Normalizer
 from unlearnbench.errors import UserError
+from unlearnbench.methods.base import Method, UnlearningTask
+from unlearnbench.metrics.scoring import Evaluator, Outputs, Scorer
+from unlearnbench.runtime.cache import ModelCache
+from unlearnbench.runtime.fabric import make_fabric, quiet_known_warnings
+from unlearnbench.runtime.models import ModelStore, Trained
+from unlearnbench.runtime.monitor import Cost, CostMonitor
+from unlearnbench.runtime.seeding import configure_determinism, streams
 
 log = logging.getLogger(__name__)
 SCHEMA = 1
@@ -67,101 +80,122 @@ class Outcome:
                                  "split": split, "value": value})
 
 
-def cost_scores(cost) -> dict:
+def cost_scores(cost: Cost) -> dict:
     return {(metric, None): value for metric, value in cost.as_dict().items()}
 
 
-def execute(fabric, plan: JobPlan) -> Outcome:
-    """The job's work, run by every rank; rank 0's outcome is the job's. Errors are caught and reported."""
-    import torch
+class Workbench:
+    """What the stages of one job share: the data on the device, the model store, the evaluator, the monitor."""
 
-    from unlearnbench.data.base import full_pool
-    from unlearnbench.data.transforms import Normalizer
-    from unlearnbench.methods.base import UnlearningTask
-    from unlearnbench.metrics.scoring import Evaluator, Scorer
-    from unlearnbench.runtime.cache import ModelCache
-    from unlearnbench.runtime.fabric import quiet_known_warnings
-    from unlearnbench.runtime.models import ModelStore
-    from unlearnbench.runtime.monitor import CostMonitor
-    from unlearnbench.runtime.seeding import configure_determinism, streams
-
-    outcome = Outcome()
-    outcome.timings["startup"] = time.time() - max(idle_since, psutil.Process().create_time())
-    cfg = OmegaConf.create(plan.config)
-    seeds, runtime = cfg.seeds, cfg.runtime
-    configure_determinism(runtime.deterministic, runtime.threads, runtime.matmul_precision)
-    quiet_known_warnings()
-    say = log.info if fabric.is_global_zero else (lambda *args: None)
-    try:
+    def __init__(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
+        cfg = OmegaConf.create(plan.config)
+        self.fabric, self.cfg, self.seeds, self.outcome = fabric, cfg, cfg.seeds, outcome
         with outcome.timed("load_data"):
-            data = build(plan.config["dataset"], "dataset").load().to(fabric.device)
-        scenario = build(plan.config["scenario"], "scenario")
-        targets = scenario.targets(data)
-        methods = [build(m, "method") for m in plan.methods]
-        normalizer = Normalizer(data.mean, data.std)
-        monitor = CostMonitor(fabric.device)
-
-        def factory():
-            return build(plan.config["model"], "model", num_classes=data.num_classes, in_channels=data.channels,
-                         image_size=data.image_size)
-
+            self.data = build(plan.config["dataset"], "dataset").load().to(fabric.device)
+        self.scenario = build(plan.config["scenario"], "scenario")
+        self.targets = self.scenario.targets(self.data)
+        self.methods = [build(m, "method") for m in plan.methods]
+        self.normalizer = Normalizer(self.data.mean, self.data.std)
+        self.monitor = CostMonitor(fabric.device)
+        runtime = cfg.runtime
         channels_last = runtime.channels_last if runtime.channels_last is not None else fabric.device.type == "cuda"
-        identity = {"dataset": data.name, "data": data.fingerprint(), "model": plan.config["model"],
+        identity = {"dataset": self.data.name, "data": self.data.fingerprint(), "model": plan.config["model"],
                     "recipe": plan.config["train"], "precision": cfg.precision.name,
                     "channels_last": channels_last, "matmul_precision": runtime.matmul_precision}
-        store = ModelStore(fabric, factory, ModelCache(cfg.paths.cache_dir), normalizer, monitor, cfg.train,
-                           identity, channels_last)
-        evaluator = Evaluator(fabric, data, store, normalizer, cfg.evaluation.batch_size)
+        self.store = ModelStore(fabric, self.new_model, ModelCache(cfg.paths.cache_dir), self.normalizer,
+                                self.monitor, cfg.train, identity, channels_last)
+        self.evaluator = Evaluator(fabric, self.data, self.store, self.normalizer, cfg.evaluation.batch_size)
 
-        say(f"original model: training seed {seeds.train}")
-        with outcome.timed("original"):
-            original = store.trained(full_pool(data, "train"), "original", seeds.train)
-        outcome.cache["original"] = original.cache
-        with outcome.timed("evaluation:original"):
-            out_o = evaluator.outputs(original.module, remember=True)
+    def say(self, message: str) -> None:
+        if self.fabric.is_global_zero:
+            log.info(message)
 
-        for target in targets:
-            splits = scenario.split(data, target, streams("forget_set", seeds.unlearn).torch)
-            say(f"target {target}: |D_f| = {len(splits.forget_train)}, |D_r| = {len(splits.retain_train)}; "
-                f"retrained model: unlearning seed {seeds.unlearn}")
-            with outcome.timed("retrained"):
-                retrained = store.trained(splits.retain_train, "retrained", seeds.unlearn)
-            outcome.cache["retrained"].append({"target": target, **retrained.cache})
-            scorer = Scorer(splits, seeds.eval, target, cfg.evaluation.mia_max_members,
-                            cfg.evaluation.mia_loss_folds)
-            with outcome.timed("evaluation:retrained"):
-                out_r = evaluator.outputs(retrained.module, remember=True)
-                scores_r = scorer.model_scores(out_r)
-                scores_o = scorer.model_scores(out_o)
+    def new_model(self) -> nn.Module:
+        data = self.data
+        return build(self.cfg.model, "model", num_classes=data.num_classes, in_channels=data.channels,
+                     image_size=data.image_size)
+
+    def original(self) -> Trained:
+        """M_o: trained on the whole training pool with the training seed."""
+        self.say(f"original model: training seed {self.seeds.train}")
+        with self.outcome.timed("original"):
+            original = self.store.trained(full_pool(self.data, "train"), "original", self.seeds.train)
+        self.outcome.cache["original"] = original.cache
+        return original
+
+    def split(self, target: str) -> Splits:
+        splits = self.scenario.split(self.data, target, streams("forget_set", self.seeds.unlearn).torch)
+        self.say(f"target {target}: |D_f| = {len(splits.forget_train)}, |D_r| = {len(splits.retain_train)}")
+        return splits
+
+    def retrained(self, target: str, splits: Splits) -> Trained:
+        """M_r: trained from scratch on D_r with the unlearning seed."""
+        self.say(f"target {target}: retrained model, unlearning seed {self.seeds.unlearn}")
+        with self.outcome.timed("retrained"):
+            retrained = self.store.trained(splits.retain_train, "retrained", self.seeds.unlearn)
+        self.outcome.cache["retrained"].append({"target": target, **retrained.cache})
+        return retrained
+
+    def scorer(self, target: str, splits: Splits) -> Scorer:
+        evaluation = self.cfg.evaluation
+        return Scorer(splits, self.seeds.eval, target, evaluation.mia_max_members, evaluation.mia_loss_folds)
+
+    def reference_outputs(self, model: nn.Module, role: str) -> Outputs:
+        """Outputs of M_o or M_r, kept for the job (the `retrain` method returns M_r: not evaluated twice)."""
+        with self.outcome.timed(f"evaluation:{role}"):
+            return self.evaluator.outputs(model, remember=True)
+
+    def unlearn(self, method: Method, target: str, splits: Splits, original: Trained,
+                retrained: Trained) -> tuple[nn.Module, Cost]:
+        """M_u = method(copy of M_o), timed with memory and utilisation sampled; its randomness from the
+        unlearning seed."""
+        store = self.store
+        task = UnlearningTask(
+            self.fabric, self.data, splits, self.scenario, target, self.normalizer,
+            rng=streams("method", self.seeds.unlearn, method.name, target),
+            original=lambda: store.load(original.state),
+            random_model=lambda generator: store.new(int(torch.randint(2**62, (1,), generator=generator))),
+            retrained=retrained.module, retrained_cost=retrained.cost,
+        )
+        self.say(f"target {target}: unlearning with {method.name}")
+        with self.outcome.timed(f"method:{method.name}"), self.monitor.measure() as measured:
+            unlearned = method.unlearn(store.load(original.state), task)
+        return unlearned, method.cost(measured, task)
+
+
+def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
+    """The job's work, run by every rank; rank 0's outcome is the job's. Errors are caught and reported."""
+    outcome = Outcome()
+    outcome.timings["startup"] = time.time() - max(idle_since, psutil.Process().create_time())
+    runtime = plan.config["runtime"]
+    configure_determinism(runtime["deterministic"], runtime["threads"], runtime["matmul_precision"])
+    quiet_known_warnings()
+    try:
+        bench = Workbench(fabric, plan, outcome)
+        original = bench.original()
+        out_o = bench.reference_outputs(original.module, "original")
+        for target in bench.targets:
+            splits = bench.split(target)
+            retrained = bench.retrained(target, splits)
+            out_r = bench.reference_outputs(retrained.module, "retrained")
+            scorer = bench.scorer(target, splits)
+            scores_o, scores_r = scorer.model_scores(out_o), scorer.model_scores(out_r)
             comparison_o = scorer.comparison_scores(out_o, scores_o, out_r, scores_r)
             outcome.add(target, None, "original", scores_o | comparison_o | cost_scores(original.cost))
             outcome.add(target, None, "retrained", scores_r | cost_scores(retrained.cost))
-
-            for method in methods:
-                task = UnlearningTask(
-                    fabric, data, splits, scenario, target, normalizer,
-                    rng=streams("method", seeds.unlearn, method.name, target),
-                    original=lambda: store.load(original.state),
-                    random_model=lambda generator: store.new(int(torch.randint(2**62, (1,), generator=generator))),
-                    retrained=retrained.module, retrained_cost=retrained.cost,
-                )
-                say(f"target {target}: unlearning with {method.name}")
-                with outcome.timed(f"method:{method.name}"), monitor.measure() as measured:
-                    unlearned = method.unlearn(store.load(original.state), task)
+            for method in bench.methods:
+                unlearned, cost = bench.unlearn(method, target, splits, original, retrained)
                 with outcome.timed(f"evaluation:{method.name}"):
-                    out_u = evaluator.outputs(unlearned)
+                    out_u = bench.evaluator.outputs(unlearned)
                     scores_u = scorer.model_scores(out_u)
-                    comparison = scorer.comparison_scores(out_u, scores_u, out_r, scores_r)
-                outcome.add(target, method.name, "unlearned",
-                            scores_u | comparison | cost_scores(method.cost(measured, task)))
+                    comparison_u = scorer.comparison_scores(out_u, scores_u, out_r, scores_r)
+                outcome.add(target, method.name, "unlearned", scores_u | comparison_u | cost_scores(cost))
     except UserError as error:
         outcome.error = str(error)
     except Exception as error:
         outcome.error = f"{type(error).__name__}: {error}"
         outcome.trace = traceback.format_exc()
     return outcome
-
-
 
 
 def registered_methods(cfg: DictConfig) -> list[dict]:
@@ -211,7 +245,6 @@ def job_fields(cfg: DictConfig) -> dict:
 
 def versions() -> dict:
     import lightning_fabric
-    import torch
 
     return {"unlearnbench": __version__, "torch": torch.__version__, "lightning": lightning_fabric.__version__,
             "python": platform.python_version()}
@@ -246,8 +279,6 @@ def run_job(cfg: DictConfig) -> dict:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     try:
         plan = plan_job(cfg, folder)
-        from unlearnbench.runtime.fabric import make_fabric
-
         fabric = make_fabric(cfg.strategy, cfg.precision, cfg.runtime.accelerator)
         outcome = fabric.launch(execute, plan)
         if not fabric.is_global_zero:  # under SLURM every task runs the job: rank 0 alone writes
