@@ -1,0 +1,157 @@
+"""Datasets as whole uint8 tensors, and index views into them.
+
+Every image dataset is materialised once into tensors and moved to the device whole, so training and evaluation
+index it in batches and nothing decodes images per step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from unlearnbench.errors import UserError
+
+
+@dataclass(frozen=True)
+class ImageData:
+    """Train and test pools of one dataset.
+
+    `groups` are the fine labels when `labels` are super-classes (CIFAR-20): the sub-class scenario forgets one
+    group while the model keeps predicting the super-class.
+    """
+
+    name: str
+    train_images: Tensor  # uint8, N × C × H × W
+    train_labels: Tensor  # int64, N
+    test_images: Tensor
+    test_labels: Tensor
+    classes: list[str]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    train_groups: Tensor | None = None
+    test_groups: Tensor | None = None
+    group_names: list[str] | None = None
+    standard_targets: dict[str, list] = field(default_factory=dict)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def channels(self) -> int:
+        return self.train_images.shape[1]
+
+    @property
+    def image_size(self) -> int:
+        return self.train_images.shape[-1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.train_images.device
+
+    def pool(self, name: str) -> tuple[Tensor, Tensor]:
+        """Images and labels of the `train` or `test` pool."""
+        return (self.train_images, self.train_labels) if name == "train" else (self.test_images, self.test_labels)
+
+    def to(self, device: torch.device | str) -> ImageData:
+        def move(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(device)
+
+        return replace(
+            self,
+            train_images=move(self.train_images),
+            train_labels=move(self.train_labels),
+            test_images=move(self.test_images),
+            test_labels=move(self.test_labels),
+            train_groups=move(self.train_groups),
+            test_groups=move(self.test_groups),
+        )
+
+    def fingerprint(self) -> str:
+        """sha256 over the name, the class names and every byte of the pools: the cache's dataset identity."""
+        digest = hashlib.sha256(self.name.encode())
+        digest.update("\0".join(self.classes).encode())
+        for tensor in (self.train_images, self.train_labels, self.test_images, self.test_labels,
+                       self.train_groups, self.test_groups):
+            if tensor is not None:
+                digest.update(str(tuple(tensor.shape)).encode())
+                digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Subset:
+    """Rows `indices` of the `pool` ('train' or 'test') of a dataset, without copying the images."""
+
+    data: ImageData
+    pool: str
+    indices: Tensor  # int64, on the data's device
+
+    def __len__(self) -> int:
+        return int(self.indices.numel())
+
+    @property
+    def images(self) -> Tensor:
+        return self.data.pool(self.pool)[0]
+
+    @property
+    def labels(self) -> Tensor:
+        return self.data.pool(self.pool)[1]
+
+    def take(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """uint8 images and labels at `positions` (indices into this subset)."""
+        rows = self.indices[positions.to(self.indices.device)]
+        return self.images[rows], self.labels[rows]
+
+    def with_indices(self, indices: Tensor) -> Subset:
+        return Subset(self.data, self.pool, indices)
+
+
+def full_pool(data: ImageData, pool: str) -> Subset:
+    n = data.pool(pool)[1].numel()
+    return Subset(data, pool, torch.arange(n, device=data.device))
+
+
+class ImageSource(ABC):
+    """A dataset component: its config holds the constructor's arguments, `load()` returns the tensors.
+
+    Loaders never download: missing files raise a `UserError` that says which files, where, and where to get them.
+    """
+
+    task = "image_classification"
+
+    def __init__(self, name: str, mean: Sequence[float], std: Sequence[float], task: str = "image_classification",
+                 targets: dict | None = None, root: str | None = None, model_width: int | None = None) -> None:
+        """`targets`: the standard targets per scenario; `model_width`: the ResNet width this dataset defaults to
+        (read by the model config, not by the loader)."""
+        self.name = name
+        self.mean = tuple(float(m) for m in mean)
+        self.std = tuple(float(s) for s in std)
+        self.task = task
+        self.targets = {k: list(v) for k, v in (targets or {}).items()}
+        self.root = Path(root) if root is not None else Path.cwd()
+
+    @abstractmethod
+    def load(self) -> ImageData:
+        """Read the files under `root` into tensors (on the CPU)."""
+
+    def require(self, files: Sequence[Path], source: str) -> None:
+        """Fail with one line naming the missing files, the folder they belong in and where to get them."""
+        missing = [f for f in files if not f.is_file()]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise UserError(
+                f"dataset {self.name}: missing {missing[0]}{more}; {source}, so that the files lie under "
+                f"{self.root} (or point dataset.root / paths.data_dir at them). Nothing is downloaded at run time."
+            )
+
+    def build(self, train_images: Tensor, train_labels: Tensor, test_images: Tensor, test_labels: Tensor,
+              classes: list[str], **groups) -> ImageData:
+        return ImageData(self.name, train_images, train_labels.long(), test_images, test_labels.long(),
+                         list(classes), self.mean, self.std, standard_targets=self.targets, **groups)
