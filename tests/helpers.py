@@ -62,3 +62,47 @@ def results(folder: Path) -> dict[str, dict]:
 
 def values(result: dict, **match) -> list:
     return [r["value"] for r in result["records"] if all(r[k] == v for k, v in match.items())]
+
+
+def make_task(data, scenario, target: str, model_factory, seed: int = 0, cache_dir: Path | None = None,
+              fabric=None, model_name: str = "resnet18"):
+    """An UnlearningTask built by hand (no job): for unit tests of methods on tiny models and data.
+
+    `model_factory()` returns a fresh model; the original model is one drawn with seed 1000, the random teacher
+    draws from the generator it is given, `memo` caches under `cache_dir` (or recomputes every time without it).
+    """
+    import tempfile
+
+    import torch
+    from lightning_fabric import Fabric
+
+    from unlearnbench.data.transforms import Normalizer
+    from unlearnbench.methods.base import UnlearningTask
+    from unlearnbench.runtime.cache import ModelCache, cache_key
+    from unlearnbench.runtime.monitor import Cost
+    from unlearnbench.runtime.seeding import global_seed, streams
+
+    fabric = fabric or Fabric(accelerator="cpu", devices=1)
+    splits = scenario.split(data, target, streams("forget_set", seed).torch)
+    with global_seed(1000):
+        original = model_factory()
+    state = {k: v.clone() for k, v in original.state_dict().items()}
+
+    def load():
+        model = model_factory()
+        model.load_state_dict(state)
+        return model
+
+    def random_model(generator):
+        with global_seed(int(torch.randint(2**62, (1,), generator=generator))):
+            return model_factory()
+
+    cache = ModelCache(cache_dir or tempfile.mkdtemp())
+
+    def memo(kind, parts, build):
+        return cache.get_or_build(cache_key({"artefact": kind, "model": "tiny", **parts}), build)
+
+    task = UnlearningTask(fabric, model_name, data, splits, scenario, target, Normalizer(data.mean, data.std),
+                          streams("method", seed, "test", target), load, random_model, load(), Cost(1.0, 0.0, 0.0),
+                          memo)
+    return task, load

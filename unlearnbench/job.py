@@ -151,11 +151,12 @@ class Workbench:
         unlearning seed."""
         store = self.store
         task = UnlearningTask(
-            self.fabric, self.data, splits, self.scenario, target, self.normalizer,
+            self.fabric, self.cfg.model.name, self.data, splits, self.scenario, target, self.normalizer,
             rng=streams("method", self.seeds.unlearn, method.name, target),
             original=lambda: store.load(original.state),
             random_model=lambda generator: store.new(int(torch.randint(2**62, (1,), generator=generator))),
             retrained=retrained.module, retrained_cost=retrained.cost,
+            memo=lambda kind, parts, build: store.memo(original, kind, parts, build),
         )
         self.say(f"target {target}: unlearning with {method.name}")
         with self.outcome.timed(f"method:{method.name}"), self.monitor.measure() as measured:

@@ -8,17 +8,19 @@ and which scenarios they serve.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from lightning_fabric import Fabric
-from torch import nn
+from torch import Tensor, nn
 
 from unlearnbench.data.base import ImageData, Subset
 from unlearnbench.data.scenarios import Scenario, Splits
 from unlearnbench.data.transforms import Normalizer
+from unlearnbench.errors import UserError
+from unlearnbench.runtime.cache import Entry
 from unlearnbench.runtime.monitor import Cost
 from unlearnbench.runtime.seeding import Streams
 from unlearnbench.runtime.train import Batches
@@ -29,6 +31,7 @@ class UnlearningTask:
     """Everything a method may use. Its random choices draw from `rng` (derived from the unlearning seed)."""
 
     fabric: Fabric
+    model_name: str
     data: ImageData
     splits: Splits
     scenario: Scenario
@@ -39,10 +42,33 @@ class UnlearningTask:
     random_model: Callable[[torch.Generator], nn.Module]  # a freshly initialised model of the same architecture
     retrained: nn.Module  # M_r, for the `retrain` baseline only
     retrained_cost: Cost
+    memo: Callable[[str, dict, Callable[[], tuple[dict[str, Tensor], dict]]], Entry]
+    """`memo(kind, parts, build)`: an artefact derived from M_o alone plus `parts`, from the model cache or built by
+    `build() -> (tensors, meta)` on a miss, so work that only depends on M_o is done once per original model."""
 
     def batches(self, subset: Subset, batch_size: int, shuffle: bool = True) -> Batches:
         """Unaugmented batches of `subset` (unlearning-time data is normalised only), shuffled with `rng`."""
         return Batches(self.fabric, subset, batch_size, self.normalizer, self.rng.torch if shuffle else None)
+
+    @property
+    def forget_label(self) -> int:
+        """The label every forget sample carries in targeted scenarios: the class (full-class) or the super-class
+        of the forgotten sub-class."""
+        forget = self.splits.forget_train
+        return int(forget.labels[forget.indices[0]])
+
+
+def setting(value: Any, task: UnlearningTask) -> Any:
+    """A hyperparameter that may differ by model or scenario, as the config gives it: a plain value, or a mapping
+    keyed by model or scenario names (nested either way) with `default` as the fallback, e.g.
+    `{default: 10, vit: {full_class: 5, sub_class: 25, random_sample: 10}}`."""
+    while isinstance(value, Mapping):
+        key = next((k for k in (task.model_name, task.scenario.name, "default") if k in value), None)
+        if key is None:
+            raise UserError(f"setting {dict(value)} has no entry for model {task.model_name}, scenario "
+                            f"{task.scenario.name} or 'default'")
+        value = value[key]
+    return value
 
 
 class Method(ABC):

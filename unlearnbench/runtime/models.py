@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from unlearnbench import __version__
 from unlearnbench.data.base import Subset
 from unlearnbench.data.transforms import Normalizer
-from unlearnbench.runtime.cache import ModelCache, cache_key, tensor_digest
+from unlearnbench.runtime.cache import Entry, ModelCache, cache_key, tensor_digest
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.seeding import global_seed, streams
 from unlearnbench.runtime.train import train_recipe
@@ -96,9 +96,20 @@ class ModelStore:
                     "seed": seed, "samples": len(subset)}
             return full_state_dict(self.fabric, model), meta
 
-        group = self.fabric if self.fabric.world_size > 1 else None
-        entry = self.cache.get_or_build(key, train, group=group)
+        entry = self.cache.get_or_build(key, train, group=self.group)
         meta = entry.meta
         cost = Cost(meta.get("time_s"), meta.get("memory_gib"), meta.get("utilisation_pct"))
         module = self.fabric.setup_module(self.load(entry.state))
         return Trained(module, entry.state, cost, {"key": key, "hit": entry.hit, "train_s": meta.get("train_s")})
+
+    @property
+    def group(self) -> Fabric | None:
+        """The ranks that build a cache entry together (None for a single process)."""
+        return self.fabric if self.fabric.world_size > 1 else None
+
+    def memo(self, model: Trained, kind: str, parts: dict,
+             build: Callable[[], tuple[dict[str, Tensor], dict]]) -> Entry:
+        """A cached artefact derived from `model` (e.g. SSD's parameter importances), keyed by the model's own key,
+        `kind` and `parts` (everything else it depends on), built by `build()` on a miss."""
+        key = cache_key({"artefact": kind, "model": model.cache["key"], **parts})
+        return self.cache.get_or_build(key, build, group=self.group)

@@ -18,11 +18,27 @@ from unlearnbench.data.base import Subset
 from unlearnbench.data.transforms import Normalizer, augment, to_unit
 
 
+def batch_count(n: int, batch_size: int, world_size: int) -> int:
+    """Batches per epoch: a last batch smaller than the number of ranks is dropped, so no rank gets an empty one."""
+    full, rest = divmod(n, batch_size)
+    return full + (rest >= world_size)
+
+
+def batch_positions(n: int, batch_size: int, generator: torch.Generator | None, world_size: int = 1,
+                    rank: int = 0) -> Iterator[Tensor]:
+    """One epoch of this rank's positions in 0..n−1: a permutation drawn from `generator` (None: in order), cut
+    into global batches of `batch_size`, each cut into one chunk per rank."""
+    order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
+    for start in range(0, batch_size * batch_count(n, batch_size, world_size), batch_size):
+        yield order[start:start + batch_size].tensor_split(world_size)[rank]
+
+
 class Batches:
-    """One epoch of this rank's batches of `subset` each time it is iterated.
+    """One epoch of this rank's batches of `subset` each time it is iterated: (normalised images, labels).
 
     `generator` shuffles (a new permutation per epoch, continuing the stream); None keeps the subset's order.
     `augmentation` (keyword arguments of `transforms.augment`) draws its parameters from the same generator.
+    `indexed()` also yields each batch's positions in the subset, to look up per-sample values (new labels, flags).
     """
 
     def __init__(self, fabric: Fabric, subset: Subset, batch_size: int, normalizer: Normalizer,
@@ -35,28 +51,38 @@ class Batches:
         self.augmentation = augmentation
 
     def __len__(self) -> int:
-        full, rest = divmod(len(self.subset), self.batch_size)
-        return full + (rest >= self.fabric.world_size)
+        return batch_count(len(self.subset), self.batch_size, self.fabric.world_size)
 
     def positions(self) -> Iterator[Tensor]:
-        n = len(self.subset)
-        order = torch.randperm(n, generator=self.generator) if self.generator is not None else torch.arange(n)
-        for start in range(0, self.batch_size * len(self), self.batch_size):
-            chunk = order[start:start + self.batch_size]
-            yield chunk.tensor_split(self.fabric.world_size)[self.fabric.global_rank]
+        return batch_positions(len(self.subset), self.batch_size, self.generator, self.fabric.world_size,
+                               self.fabric.global_rank)
 
-    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+    def indexed(self) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
         for positions in self.positions():
             images, labels = self.subset.take(positions)
             unit = to_unit(images)
             if self.augmentation:
                 unit = augment(unit, self.generator, **self.augmentation)
-            yield self.normalizer(unit), labels
+            yield self.normalizer(unit), labels, positions.to(labels.device)
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+        for inputs, labels, _ in self.indexed():
+            yield inputs, labels
 
 
 def float_logits(logits: Tensor) -> Tensor:
     """Logits in float32 or better, whatever precision the model runs in (losses and softmax need it)."""
     return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
+def descend(fabric: Fabric, optimizer: torch.optim.Optimizer, loss: Tensor,
+            scheduler: torch.optim.lr_scheduler.LRScheduler | None = None) -> None:
+    """One optimisation step on `loss` through Fabric (precision scaling, gradient synchronisation)."""
+    optimizer.zero_grad(set_to_none=True)
+    fabric.backward(loss)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
 
 
 def cross_entropy_epochs(fabric: Fabric, model: nn.Module, optimizer: torch.optim.Optimizer, batches: Batches,
@@ -78,11 +104,7 @@ def cross_entropy_epochs(fabric: Fabric, model: nn.Module, optimizer: torch.opti
             loss = F.cross_entropy(logits, labels)
             if regulariser is not None:
                 loss = loss + regulariser(step)
-            optimizer.zero_grad(set_to_none=True)
-            fabric.backward(loss)
-            optimizer.step()
-            if scheduler is not None:
-                scheduler.step()
+            descend(fabric, optimizer, loss, scheduler)
             step += 1
             if last:
                 correct += (logits.detach().argmax(1) == labels).sum()
