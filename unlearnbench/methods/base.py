@@ -88,3 +88,13 @@ class Method(ABC):
     def cost(self, measured: Cost, task: UnlearningTask) -> Cost:
         """The cost to report: what the monitor measured around `unlearn`, unless the method knows better."""
         return measured
+
+
+def random_other_labels(labels: Tensor, num_classes: int, generator: torch.Generator) -> Tensor:
+    """A label drawn uniformly among the classes other than each sample's own (Random Labels, SalUn).
+
+    In the full-class scenario the own label is the forgotten class, in the sub-class scenario the forgotten
+    class's super-class, so neither is ever assigned.
+    """
+    offsets = torch.randint(1, num_classes, labels.shape, generator=generator).to(labels.device)
+    return (labels + offsets) % num_classes
