@@ -45,6 +45,14 @@ def rows(wall: float, result: dict) -> list[tuple[str, float, str]]:
     return table
 
 
+def method_rows(result: dict) -> list[tuple[str, float, float]]:
+    """(method, unlearning seconds, speed-up over retraining = retraining seconds / method seconds)."""
+    times = {(r["role"], r["method"]): r["value"] for r in result["records"] if r["metric"] == "time_s"}
+    retrain_s = times["retrained", None]
+    return [(method, seconds, retrain_s / seconds) for (role, method), seconds in sorted(times.items(), key=str)
+            if role == "unlearned"]
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         wall, result = run_demo(Path(tmp))
@@ -54,6 +62,11 @@ def main() -> None:
     print(f"{'-' * 32} {'-' * 8}  {'-' * 14}")
     for name, seconds, note in rows(wall, result):
         print(f"{name:32} {seconds:8.2f}  {note}")
+    print()
+    print(f"{'method':20} {'unlearn s':>9} {'speed-up vs retrain':>20}")
+    print(f"{'-' * 20} {'-' * 9} {'-' * 20}")
+    for method, seconds, speedup in method_rows(result):
+        print(f"{method:20} {seconds:9.2f} {speedup:19.1f}×")
 
 
 if __name__ == "__main__":

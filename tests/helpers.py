@@ -78,7 +78,7 @@ def make_task(data, scenario, target: str, model_factory, seed: int = 0, cache_d
 
     from unlearnbench.data.transforms import Normalizer
     from unlearnbench.methods.base import UnlearningTask
-    from unlearnbench.runtime.cache import ModelCache, cache_key
+    from unlearnbench.runtime.cache import ModelCache, cache_key, tensor_digest
     from unlearnbench.runtime.monitor import Cost
     from unlearnbench.runtime.seeding import global_seed, streams
 
@@ -99,8 +99,10 @@ def make_task(data, scenario, target: str, model_factory, seed: int = 0, cache_d
 
     cache = ModelCache(cache_dir or tempfile.mkdtemp())
 
+    original_key = cache_key({name: tensor_digest(tensor) for name, tensor in state.items()})
+
     def memo(kind, parts, build):
-        return cache.get_or_build(cache_key({"artefact": kind, "model": "tiny", **parts}), build)
+        return cache.get_or_build(cache_key({"artefact": kind, "model": original_key, **parts}), build)
 
     task = UnlearningTask(fabric, model_name, data, splits, scenario, target, Normalizer(data.mean, data.std),
                           streams("method", seed, "test", target), load, random_model, load(), Cost(1.0, 0.0, 0.0),

@@ -27,7 +27,7 @@ def test_default_is_the_digits_demo_without_a_method():
     assert (cfg.dataset.name, cfg.model.name, cfg.scenario.name) == ("digits", "resnet18", "full_class")
     assert (cfg.strategy.name, cfg.precision.name, cfg.strategy.devices) == ("single", "32-true", 1)
     assert cfg.method is None
-    assert cfg.model.width == 16  # digits asks for a narrow ResNet18; 64 is the reference width
+    assert cfg.model.width == 8  # digits asks for a narrow ResNet18; 64 is the reference width
     assert compose_config(["dataset=cifar10"]).model.width == 64
 
 

@@ -52,8 +52,11 @@ def test_ranks_split_every_global_batch_and_take_the_same_number_of_steps():
     assert len(ranks[0]) == len(ranks[1]) == len(single) == 3
     for whole, first, second in zip(single, *ranks, strict=True):
         assert torch.equal(torch.cat([first, second]), whole)
-    # a last batch smaller than the number of ranks is dropped, so no rank gets an empty batch
-    assert len(Batches(rank(4, 0), full_pool(tiny_data(n_train=9), "train"), 8, norm)) == 1
+    # a last batch with fewer than two samples per rank is dropped: no empty batch, no single-sample batch norm
+    assert len(Batches(rank(4, 0), full_pool(tiny_data(n_train=15), "train"), 8, norm)) == 1
+    assert len(Batches(rank(4, 0), full_pool(tiny_data(n_train=16), "train"), 8, norm)) == 2
+    assert len(Batches(rank(1, 0), full_pool(tiny_data(n_train=17), "train"), 8, norm)) == 2
+    assert len(Batches(rank(1, 0), full_pool(tiny_data(n_train=18), "train"), 8, norm)) == 3
 
 
 def test_batches_yield_normalised_images_and_their_labels():

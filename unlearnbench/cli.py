@@ -35,20 +35,22 @@ def main() -> None:
 
 
 def report_main() -> None:
-    """`unlearnbench-report DIR [DIR…]`: (re)build the report of sweep folders into the first one's `report/`."""
+    """`unlearnbench-report DIR [DIR…]`: (re)build the report of sweep folders (every result.json under them) into
+    the first one's `report/`, or `--out`. Failed jobs are listed in the report and on stderr."""
     import argparse
-
-    from unlearnbench.report.build import build_report, failure_lines
 
     parser = argparse.ArgumentParser(prog="unlearnbench-report", description=report_main.__doc__)
     parser.add_argument("folders", nargs="+", type=Path, help="sweep folders holding job folders with result.json")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: FIRST_DIR/report)")
+    parser.add_argument("--no-figures", action="store_true", help="tables and report.md only")
     args = parser.parse_args()
     missing = [str(f) for f in args.folders if not f.is_dir()]
     if missing:
         parser.exit(2, f"unlearnbench-report: not a folder: {', '.join(missing)}\n")
+    from unlearnbench.report.build import build_report, failure_lines
+
     out = args.out or args.folders[0] / "report"
-    failed = build_report(args.folders, out)
-    for line in failure_lines(failed, len(list(out.parent.rglob("result.json")))):
+    built = build_report(args.folders, out, figures=not args.no_figures)
+    for line in failure_lines(built.failed, len(built.jobs)):
         print(line, file=sys.stderr)
     print(f"report: {out}")

@@ -109,6 +109,16 @@ class Precision:
 
 
 @dataclass
+class Study:
+    """The seed-sensitivity design of `experiment=seed_sensitivity`: I training seeds × J unlearning seeds nested in
+    each. `repeat` is the unlearning index j in 0..J-1 (swept); the unlearning seed is seeds.train·J + repeat."""
+
+    I: int = 5  # noqa: E741 (the study's own notation)
+    J: int = 5
+    repeat: int = 0
+
+
+@dataclass
 class Config:
     dataset: Any = MISSING
     model: Any = MISSING
@@ -121,6 +131,7 @@ class Config:
     evaluation: Evaluation = field(default_factory=Evaluation)
     runtime: Runtime = field(default_factory=Runtime)
     method: Any = None  # absent from the defaults list: `+method=X` selects, none means every method of the task
+    study: Study | None = None  # set by `experiment=seed_sensitivity`
 
 
 ConfigStore.instance().store(name="unlearnbench_schema", node=Config)
@@ -140,5 +151,18 @@ def _subdir_suffix(override_dirname: str) -> str:
     return f"_{text}"
 
 
+def _unlearn_seed(train: int, repeat: int, count: int) -> int:
+    """The study's unlearning seed s_u = i·J + j (0-based i, j; the SUPREME paper's (i−1)·J + j): every (training
+    seed, unlearning index) pair gets its own unlearning seed."""
+    train, repeat, count = int(train), int(repeat), int(count)
+    if count < 1 or not 0 <= repeat < count:
+        raise ValueError(f"study.repeat must lie in 0..study.J-1 = 0..{count - 1}, got {repeat}")
+    if train < 0:
+        raise ValueError(f"seeds.train must be >= 0 in the seed-sensitivity study, got {train}")
+    return train * count + repeat
+
+
 if not OmegaConf.has_resolver("ub_suffix"):
     OmegaConf.register_new_resolver("ub_suffix", _subdir_suffix)
+if not OmegaConf.has_resolver("ub_unlearn_seed"):
+    OmegaConf.register_new_resolver("ub_unlearn_seed", _unlearn_seed)

@@ -100,6 +100,7 @@ class Workbench:
         runtime = cfg.runtime
         channels_last = runtime.channels_last if runtime.channels_last is not None else fabric.device.type == "cuda"
         identity = {"dataset": self.data.name, "data": self.data.fingerprint(), "model": plan.config["model"],
+                    "normalisation": [list(self.data.mean), list(self.data.std)],
                     "recipe": plan.config["train"], "precision": cfg.precision.name,
                     "channels_last": channels_last, "matmul_precision": runtime.matmul_precision}
         self.store = ModelStore(fabric, self.new_model, ModelCache(cfg.paths.cache_dir), self.normalizer,

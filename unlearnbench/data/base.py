@@ -153,5 +153,13 @@ class ImageSource(ABC):
 
     def build(self, train_images: Tensor, train_labels: Tensor, test_images: Tensor, test_labels: Tensor,
               classes: list[str], **groups) -> ImageData:
-        return ImageData(self.name, train_images, train_labels.long(), test_images, test_labels.long(),
-                         list(classes), self.mean, self.std, standard_targets=self.targets, **groups)
+        return ImageData(self.name, standard_layout(train_images), train_labels.long(), standard_layout(test_images),
+                         test_labels.long(), list(classes), self.mean, self.std, standard_targets=self.targets,
+                         **groups)
+
+
+def standard_layout(images: Tensor) -> Tensor:
+    """N × C × H × W images with NCHW strides. A one-channel tensor can carry strides that read as channels_last as
+    well (e.g. numpy's `[:, None]` gives (64, 1, 8, 1)); CPU convolutions then take PyTorch's channels_last path,
+    whose 1×1 stride-2 convolution backward is nondeterministic and can corrupt the heap (PyTorch 2.14)."""
+    return images.clone(memory_format=torch.contiguous_format)

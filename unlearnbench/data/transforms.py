@@ -28,7 +28,8 @@ class Normalizer:
 
 
 def to_unit(images: Tensor) -> Tensor:
-    return images.float().div_(255)
+    """uint8 images as float32 in [0, 1], in the standard NCHW layout (see `data.base.standard_layout`)."""
+    return images.to(torch.float32, memory_format=torch.contiguous_format).div_(255)
 
 
 def augment(unit: Tensor, generator: torch.Generator, crop_padding: int = 0, flip: bool = False,

@@ -46,9 +46,11 @@ class UnlearningTask:
     """`memo(kind, parts, build)`: an artefact derived from M_o alone plus `parts`, from the model cache or built by
     `build() -> (tensors, meta)` on a miss, so work that only depends on M_o is done once per original model."""
 
-    def batches(self, subset: Subset, batch_size: int, shuffle: bool = True) -> Batches:
-        """Unaugmented batches of `subset` (unlearning-time data is normalised only), shuffled with `rng`."""
-        return Batches(self.fabric, subset, batch_size, self.normalizer, self.rng.torch if shuffle else None)
+    def batches(self, subset: Subset, batch_size: int, shuffle: bool = True, training: bool = True) -> Batches:
+        """Unaugmented batches of `subset` (unlearning-time data is normalised only), shuffled with `rng`;
+        `training=False` for passes in evaluation mode (see `Batches`)."""
+        return Batches(self.fabric, subset, batch_size, self.normalizer, self.rng.torch if shuffle else None,
+                       training=training)
 
     @property
     def forget_label(self) -> int:
@@ -59,14 +61,15 @@ class UnlearningTask:
 
 
 def setting(value: Any, task: UnlearningTask) -> Any:
-    """A hyperparameter that may differ by model or scenario, as the config gives it: a plain value, or a mapping
-    keyed by model or scenario names (nested either way) with `default` as the fallback, e.g.
+    """A hyperparameter that may differ by model, dataset or scenario, as the config gives it: a plain value, or a
+    mapping keyed by model, dataset or scenario names (nested in any order) with `default` as the fallback, e.g.
     `{default: 10, vit: {full_class: 5, sub_class: 25, random_sample: 10}}`."""
     while isinstance(value, Mapping):
-        key = next((k for k in (task.model_name, task.scenario.name, "default") if k in value), None)
+        names = (task.model_name, task.data.name, task.scenario.name, "default")
+        key = next((k for k in names if k in value), None)
         if key is None:
-            raise UserError(f"setting {dict(value)} has no entry for model {task.model_name}, scenario "
-                            f"{task.scenario.name} or 'default'")
+            raise UserError(f"setting {dict(value)} has no entry for model {task.model_name}, dataset "
+                            f"{task.data.name}, scenario {task.scenario.name} or 'default'")
         value = value[key]
     return value
 

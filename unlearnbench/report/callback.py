@@ -2,12 +2,14 @@
 
 Hydra skips `on_multirun_end` when a job raised, so jobs never raise: they record their errors in `result.json`.
 The report is built from those files (not from in-memory job returns, which other launchers do not bring back),
-and the console script exits non-zero when any job failed.
+and the console script exits non-zero when any job failed. An error while building the report is reported the same
+way: the sweep's results stay on disk, and `unlearnbench-report DIR` rebuilds the report.
 """
 
 from __future__ import annotations
 
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +27,24 @@ def announce(failed: list[dict], total: int) -> None:
         print(line, file=sys.stderr)
 
 
+def report(folder: Path) -> None:
+    """Build `folder/report/` from every result.json under `folder`; announce failed jobs."""
+    try:
+        built = build_report([folder], folder / "report")
+    except Exception as error:
+        traceback.print_exc()
+        announce([{"folder": str(folder / "report"), "error": f"the report failed: {type(error).__name__}: "
+                                                                f"{error}"}], 1)
+        return
+    announce(built.failed, len(built.jobs))
+    print(f"report: {folder / 'report'}")
+
+
 class ReportCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
-        if not sweep.exists():
-            return
-        failed = build_report([sweep], sweep / "report")
-        total = sum(1 for _ in sweep.rglob("result.json"))
-        announce(failed, total)
-        print(f"report: {sweep / 'report'}")
+        if sweep.exists():
+            report(sweep)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
-        folder = Path(config.hydra.runtime.output_dir)
-        failed = build_report([folder], folder / "report")
-        announce(failed, 1)
+        report(Path(config.hydra.runtime.output_dir))

@@ -18,18 +18,19 @@ from unlearnbench.data.base import Subset
 from unlearnbench.data.transforms import Normalizer, augment, to_unit
 
 
-def batch_count(n: int, batch_size: int, world_size: int) -> int:
-    """Batches per epoch: a last batch smaller than the number of ranks is dropped, so no rank gets an empty one."""
+def batch_count(n: int, batch_size: int, world_size: int, training: bool = True) -> int:
+    """Batches per epoch. A last batch too small to share is dropped: under one sample per rank (a rank would get
+    an empty batch) and, for training, under two (batch normalisation in training mode needs two samples)."""
     full, rest = divmod(n, batch_size)
-    return full + (rest >= world_size)
+    return full + (rest >= (2 if training else 1) * world_size)
 
 
 def batch_positions(n: int, batch_size: int, generator: torch.Generator | None, world_size: int = 1,
-                    rank: int = 0) -> Iterator[Tensor]:
+                    rank: int = 0, training: bool = True) -> Iterator[Tensor]:
     """One epoch of this rank's positions in 0..n−1: a permutation drawn from `generator` (None: in order), cut
     into global batches of `batch_size`, each cut into one chunk per rank."""
     order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
-    for start in range(0, batch_size * batch_count(n, batch_size, world_size), batch_size):
+    for start in range(0, batch_size * batch_count(n, batch_size, world_size, training), batch_size):
         yield order[start:start + batch_size].tensor_split(world_size)[rank]
 
 
@@ -38,24 +39,27 @@ class Batches:
 
     `generator` shuffles (a new permutation per epoch, continuing the stream); None keeps the subset's order.
     `augmentation` (keyword arguments of `transforms.augment`) draws its parameters from the same generator.
+    `training=False` keeps a last batch of a single sample (for passes in evaluation mode, e.g. SSD's importance).
     `indexed()` also yields each batch's positions in the subset, to look up per-sample values (new labels, flags).
     """
 
     def __init__(self, fabric: Fabric, subset: Subset, batch_size: int, normalizer: Normalizer,
-                 generator: torch.Generator | None = None, augmentation: dict | None = None) -> None:
+                 generator: torch.Generator | None = None, augmentation: dict | None = None,
+                 training: bool = True) -> None:
         self.fabric = fabric
         self.subset = subset
         self.batch_size = batch_size
         self.normalizer = normalizer
         self.generator = generator
         self.augmentation = augmentation
+        self.training = training
 
     def __len__(self) -> int:
-        return batch_count(len(self.subset), self.batch_size, self.fabric.world_size)
+        return batch_count(len(self.subset), self.batch_size, self.fabric.world_size, self.training)
 
     def positions(self) -> Iterator[Tensor]:
         return batch_positions(len(self.subset), self.batch_size, self.generator, self.fabric.world_size,
-                               self.fabric.global_rank)
+                               self.fabric.global_rank, self.training)
 
     def indexed(self) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
         for positions in self.positions():

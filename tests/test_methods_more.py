@@ -1,0 +1,279 @@
+"""Gradient ascent, NegGrad+, SCRUB, SalUn and l1-sparse: they forget, they run in every scenario, and each does what
+makes it that method (spec/methods.md, "More methods")."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fabricate import write_cifar100
+from helpers import TINY, compose_config, make_task, run_in_process
+from omegaconf import OmegaConf
+from torch import nn
+
+from unlearnbench.components import build
+from unlearnbench.data.base import full_pool
+from unlearnbench.data.cifar import Cifar100
+from unlearnbench.data.digits import Digits
+from unlearnbench.data.scenarios import FullClass, SubClass
+from unlearnbench.methods import l1_sparse, neggrad_plus
+from unlearnbench.methods.l1_sparse import l1_norm, l1_weight
+from unlearnbench.methods.neggrad_plus import neggrad_loss
+from unlearnbench.methods.salun import saliency_mask, top_fraction
+from unlearnbench.methods.scrub import Scrub, distill_kl
+from unlearnbench.models.resnet import ResNet18
+from unlearnbench.runtime.seeding import global_seed
+
+METHODS = ["gradient_ascent", "neggrad_plus", "scrub", "salun", "l1_sparse"]
+
+
+def method(name: str, **options):
+    """The method as its YAML builds it, with `options` replacing config values."""
+    config = OmegaConf.to_container(compose_config([f"+method={name}"]).method, resolve=True)
+    return build({**config, **options}, "method")
+
+
+def by_key(records: list[dict]) -> dict:
+    return {(r["method"], r["role"], r["metric"], r["split"]): r["value"] for r in records}
+
+
+# --- whole jobs --------------------------------------------------------------------------------------------------
+
+
+def test_each_method_forgets_a_class_and_keeps_the_others_on_digits(tmp_path):
+    outcome = run_in_process(list(TINY), tmp_path, METHODS)
+    assert outcome.error is None, outcome.trace
+    scores = by_key(outcome.records)
+    original = scores[None, "original", "acc", "forget_test"]
+    assert original > 0.5
+    for name in METHODS:
+        assert scores[name, "unlearned", "acc", "forget_test"] < original, name
+        assert scores[name, "unlearned", "acc", "retain_test"] > 0.5, name
+
+
+def test_each_method_runs_in_the_random_sample_scenario(tmp_path):
+    overrides = [*TINY, "scenario=random_sample", "scenario.targets=[0.05]", "method.epochs=1"]
+    outcome = run_in_process(overrides, tmp_path, METHODS)
+    assert outcome.error is None, outcome.trace
+    scores = by_key(outcome.records)
+    for name in METHODS:
+        assert 0 <= scores[name, "unlearned", "acc", "forget_train"] <= 1, name
+
+
+def test_each_method_runs_sub_class_on_cifar20(tmp_path):
+    write_cifar100(tmp_path)
+    data = Cifar100(name="cifar20", coarse=True, mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25], root=str(tmp_path),
+                    targets={"sub_class": ["rocket"]}).load()
+    task, load = make_task(data, SubClass("sub_class"), "rocket", lambda: ResNet18(num_classes=20, width=8))
+    original = load().state_dict()
+    for name in METHODS:
+        unlearned = method(name, epochs=1).unlearn(load(), task)
+        state = unlearned.state_dict()
+        assert all(torch.isfinite(v).all() for v in state.values()), name
+        assert any(not torch.equal(v, original[k]) for k, v in state.items()), name
+
+
+# --- unit level, on digits with a briefly trained original model ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return Digits(name="digits", mean=[0.3053], std=[0.3759]).load()
+
+
+@pytest.fixture(scope="module")
+def trained(digits):
+    """The state of a narrow ResNet18 trained for two epochs on all of digits: an original model that knows class 3."""
+    with global_seed(0):
+        model = ResNet18(num_classes=10, in_channels=1, width=8)
+    task, _ = make_task(digits, FullClass("full_class"), "3", lambda: model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    batches = task.batches(full_pool(digits, "train"), 64)
+    model.train()
+    for _ in range(2):
+        for inputs, labels in batches:
+            optimizer.zero_grad()
+            F.cross_entropy(model(inputs), labels).backward()
+            optimizer.step()
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def digits_task(digits, trained, seed: int = 0):
+    def factory():
+        model = ResNet18(num_classes=10, in_channels=1, width=8)
+        model.load_state_dict(trained)
+        return model
+
+    return make_task(digits, FullClass("full_class"), "3", factory, seed=seed)
+
+
+def forget_loss(model, task) -> float:
+    model.eval()
+    with torch.no_grad():
+        inputs, labels = next(iter(task.batches(task.splits.forget_train, 10_000, shuffle=False)))
+        return float(F.cross_entropy(model(inputs), labels))
+
+
+def test_gradient_ascent_raises_the_forget_loss(digits, trained):
+    task, load = digits_task(digits, trained)
+    before = forget_loss(load(), task)
+    after = forget_loss(method("gradient_ascent").unlearn(load(), task), task)
+    assert after > before + 1
+
+
+def test_neggrad_plus_loss_descends_on_retain_and_ascends_on_forget():
+    with global_seed(0):
+        model = ResNet18(num_classes=10, in_channels=1, width=8).eval()
+        retain = torch.randn(6, 1, 8, 8), torch.randint(10, (6,))
+        forget = torch.randn(4, 1, 8, 8), torch.randint(10, (4,))
+    expected = 0.95 * F.cross_entropy(model(retain[0]), retain[1]) - 0.05 * F.cross_entropy(model(forget[0]),
+                                                                                             forget[1])
+    assert torch.allclose(neggrad_loss(model, retain, forget, 0.95), expected)
+    assert torch.allclose(neggrad_loss(model, retain, None, 0.95), 0.95 * F.cross_entropy(model(retain[0]),
+                                                                                          retain[1]))
+
+
+def test_neggrad_plus_pairs_every_retain_batch_with_a_cycled_forget_batch(digits, trained, monkeypatch):
+    calls = []
+
+    def spy(model, retain, forget, alpha):
+        calls.append((len(retain[1]), None if forget is None else len(forget[1]), alpha))
+        return neggrad_loss(model, retain, forget, alpha)
+
+    monkeypatch.setattr(neggrad_plus, "neggrad_loss", spy)
+    task, load = digits_task(digits, trained)
+    method("neggrad_plus", epochs=2).unlearn(load(), task)
+    n_retain, n_forget = len(task.splits.retain_train), len(task.splits.forget_train)
+    per_epoch = -(-n_retain // 256)
+    assert len(calls) == 2 * per_epoch  # an epoch is one pass over D_r
+    assert sum(r for r, _, _ in calls) == 2 * n_retain
+    assert all(f == n_forget and a == 0.95 for _, f, a in calls)  # D_f (< 256 samples) comes back every step
+
+
+def test_scrub_kl_is_the_tempered_kl_scaled_by_t_squared():
+    with global_seed(0):
+        student, teacher = torch.randn(5, 10), torch.randn(5, 10)
+    p_teacher = F.softmax(teacher / 2, dim=1)
+    kl = (p_teacher * (p_teacher.log() - F.log_softmax(student / 2, dim=1))).sum(1).mean()
+    assert torch.allclose(distill_kl(student, teacher, 2.0), 4 * kl)
+    assert torch.allclose(distill_kl(teacher, teacher, 2.0), torch.zeros(()), atol=1e-6)
+
+
+def test_scrub_max_steps_only_in_the_first_msteps_epochs(digits, trained, monkeypatch):
+    passes = []
+
+    def spy(kind):
+        def record(self, student, teacher, optimizer, batches, task):
+            passes.append((kind, len(batches.subset), optimizer.param_groups[0]["lr"]))
+        return record
+
+    monkeypatch.setattr(Scrub, "max_pass", spy("max"))
+    monkeypatch.setattr(Scrub, "min_pass", spy("min"))
+    task, load = digits_task(digits, trained)
+    method("scrub").unlearn(load(), task)
+    n_forget, n_retain = len(task.splits.forget_train), len(task.splits.retain_train)
+    high, low = 5e-4, 5e-4 * 0.1
+    assert passes == [("max", n_forget, high), ("min", n_retain, high)] * 3 + [("min", n_retain, low)] * 2
+
+
+def test_scrub_max_pass_ascends_the_kl_to_the_teacher_on_the_forget_set(digits):
+    def small_model():  # no batch norm: only the parameters, not running statistics, move the student
+        with global_seed(0):
+            return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(512, 10))
+
+    task, load = make_task(digits, FullClass("full_class"), "3", small_model)
+    teacher, student = task.fabric.setup_module(load()).eval(), load()
+    with torch.no_grad():  # KL(teacher ‖ student) has zero gradient where the student equals the teacher
+        for p in student.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    student, optimizer = task.fabric.setup(student, torch.optim.SGD(student.parameters(), lr=0.05))
+
+    def kl() -> float:
+        with torch.no_grad():
+            inputs, _ = next(iter(task.batches(task.splits.forget_train, 10_000, shuffle=False)))
+            return float(distill_kl(student(inputs), teacher(inputs), 2.0))
+
+    before = kl()
+    method("scrub").max_pass(student, teacher, optimizer, task.batches(task.splits.forget_train, 64), task)
+    assert kl() > 2 * before
+
+
+def test_salun_mask_ranks_all_parameters_together():
+    values = [torch.tensor([1.0, -5.0]), torch.tensor([[3.0, 0.5], [-2.0, 4.0]])]
+    masks = top_fraction(values, 0.5)
+    assert [m.tolist() for m in masks] == [[False, True], [[True, False], [False, True]]]
+
+
+def test_salun_mask_keeps_the_top_half_of_summed_forget_gradients(digits, trained):
+    task, load = digits_task(digits, trained)
+    batches = task.batches(task.splits.forget_train, 64, shuffle=False)  # several batches, summed
+    model = load().eval()
+    total = [torch.zeros_like(p) for p in model.parameters()]
+    for inputs, labels in batches:
+        model.zero_grad()
+        (-F.cross_entropy(model(inputs), labels)).backward()
+        for t, p in zip(total, model.parameters(), strict=True):
+            t += p.grad
+    magnitude = torch.cat([t.abs().flatten() for t in total])
+    mask = saliency_mask(task.fabric, task.fabric.setup_module(load()), batches, 0.5)
+    kept = torch.cat([m.flatten() for m in mask])
+    assert int(kept.sum()) == magnitude.numel() // 2
+    assert magnitude[kept].min() >= magnitude[~kept].max()
+    share = [float(m.float().mean()) for m in mask]
+    assert max(share) > 0.75 and min(share) < 0.25  # one ranking over all layers, not half of every layer
+
+
+def test_salun_trains_only_the_salient_weights(digits, trained):
+    task, load = digits_task(digits, trained)
+    forget = task.batches(task.splits.forget_train, 256, shuffle=False)
+    mask = saliency_mask(task.fabric, task.fabric.setup_module(load()), forget, 0.5)
+    before = list(load().parameters())
+    after = list(method("salun", epochs=2).unlearn(load(), task).parameters())
+    changed = 0
+    for b, a, m in zip(before, after, mask, strict=True):
+        assert torch.equal(a.detach()[~m], b.detach()[~m])
+        changed += int((a.detach() != b.detach())[m].sum())
+    assert changed > 0.5 * sum(int(m.sum()) for m in mask)
+
+
+def test_l1_weight_decays_linearly_from_alpha_to_zero():
+    weights = [l1_weight(1e-4, epoch, 10) for epoch in range(11)]
+    assert weights[0] == 1e-4 and weights[10] == 0
+    assert all(abs((a - b) - 1e-5) < 1e-15 for a, b in itertools.pairwise(weights))
+
+
+def test_l1_sparse_adds_the_decaying_l1_norm_to_cross_entropy(digits, trained, monkeypatch):
+    seen = {}
+
+    def spy(fabric, model, optimizer, batches, epochs, scheduler=None, regulariser=None):
+        seen.update(model=model, batches=batches, epochs=epochs, regulariser=regulariser)
+        return 0.0
+
+    monkeypatch.setattr(l1_sparse, "cross_entropy_epochs", spy)  # the loop adds regulariser(step) to the CE
+    task, load = digits_task(digits, trained)
+    method("l1_sparse").unlearn(load(), task)
+    steps, norm = len(seen["batches"]), sum(p.abs().sum() for p in seen["model"].parameters())
+    assert seen["epochs"] == 10 and seen["batches"].subset is task.splits.retain_train
+    for step in (0, steps - 1, steps, 4 * steps + 2, 10 * steps - 1):
+        expected = 1e-4 * (1 - (step // steps) / 10) * norm
+        assert torch.allclose(seen["regulariser"](step), expected)
+
+
+def test_l1_sparse_shrinks_the_weights_more_than_plain_fine_tuning(digits, trained):
+    task, load = digits_task(digits, trained)
+    plain = method("l1_sparse", alpha=0.0, epochs=2).unlearn(load(), task)
+    sparse = method("l1_sparse", alpha=1e-2, epochs=2).unlearn(load(), task)
+    assert l1_norm(list(sparse.parameters())) < 0.9 * l1_norm(list(plain.parameters()))
+
+
+@pytest.mark.parametrize("name", ["salun", "neggrad_plus"])
+def test_same_unlearning_seed_same_model_other_seed_other_model(digits, trained, name):
+    def unlearned(seed):
+        task, load = digits_task(digits, trained, seed=seed)
+        return method(name, epochs=1).unlearn(load(), task).state_dict()
+
+    first, again, other = unlearned(0), unlearned(0), unlearned(1)
+    assert all(torch.equal(v, again[k]) for k, v in first.items())
+    assert not all(torch.equal(v, other[k]) for k, v in first.items())

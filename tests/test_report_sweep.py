@@ -1,0 +1,325 @@
+"""The reporter end to end: `unlearnbench-report` on constructed result files with known answers, and on a real
+seed-sensitivity sweep (killed midway, reported, resumed, reported again)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import TINY, results, run_cli
+
+from unlearnbench.report import stats
+
+PNG = b"\x89PNG\r\n\x1a\n"
+REPORT_FILES = ["results.parquet", "results.csv", "summary.csv", "table.csv", "seed_variance.csv",
+                "wasserstein.csv", "wasserstein_by_seed.csv", "report.md"]
+
+# The constructed study: digits · resnet18 · full_class, target 3, I = 3 training seeds × J = 2 unlearning seeds
+# (s_u = 2i + j). Method alpha: Δacc D'_f = GRID[i][j] (the hand-computed grid of test_report_stats), acc D'_f 0.05;
+# method beta: Δacc D'_f constant within a training seed (a deterministic method), acc D'_f 0.5; M_r: acc D'_f 0.
+GRID = [[1.0, 3.0], [4.0, 6.0], [7.0, 11.0]]
+BETA = [0.1, 0.2, 0.3]
+
+
+def write_result(folder: Path, job: dict, records: list[dict], status: str = "complete",
+                 error: str | None = None) -> None:
+    folder.mkdir(parents=True)
+    (folder / "result.json").write_text(json.dumps({"schema": 1, "status": status, "error": error, "job": job,
+                                                     "records": records}))
+
+
+def job_fields(dataset: str, seed_train: int, seed_unlearn: int, **extra) -> dict:
+    return {"task": "image_classification", "dataset": dataset, "model": "resnet18", "scenario": "full_class",
+            "method": "all", "seed_train": seed_train, "seed_unlearn": seed_unlearn, "seed_eval": seed_unlearn,
+            "strategy": "single", "precision": "32-true", "devices": 1, **extra}
+
+
+def record(method: str | None, role: str, metric: str, split: str | None, value: float, **extra) -> dict:
+    return {"target": "3", "method": method, "role": role, "metric": metric, "split": split, "value": value, **extra}
+
+
+@pytest.fixture(scope="module")
+def constructed(tmp_path_factory):
+    """Two sweep folders: A holds training seeds 0 and 1, B training seed 2, a failed job, an unreadable file and an
+    unbalanced ranking study with per-round NDCG@10."""
+    root = tmp_path_factory.mktemp("constructed")
+    first, second = root / "sweep_a", root / "sweep_b"
+    for i in range(3):
+        for j in range(2):
+            u = 2 * i + j
+            records = [record(None, "original", "acc", "forget_test", 0.9),
+                       record(None, "retrained", "acc", "forget_test", 0.0),
+                       record("alpha", "unlearned", "acc", "forget_test", 0.05),
+                       record("alpha", "unlearned", "delta_acc", "forget_test", GRID[i][j]),
+                       record("beta", "unlearned", "acc", "forget_test", 0.5),
+                       record("beta", "unlearned", "delta_acc", "forget_test", BETA[i]),
+                       record("beta", "unlearned", "time_s", None, None)]  # not measurable: null
+            write_result((first if i < 2 else second) / f"digits_t{i}_u{u}", job_fields("digits", i, u), records)
+    write_result(second / "digits_t2_u99", job_fields("digits", 2, 99),
+                 [record("alpha", "unlearned", "delta_acc", "forget_test", 1000.0)], status="failed",
+                 error="RuntimeError: boom\nmore detail")
+    (second / "broken").mkdir()
+    (second / "broken" / "result.json").write_text("{not json")
+    for i, unlearning in [(0, [0, 1]), (1, [2])]:  # unbalanced: 2 and 1 unlearning seeds
+        for u in unlearning:
+            rounds = [{"target": "0", "method": "fedremove", "role": "unlearned", "metric": "ndcg@10",
+                       "split": None, "round": r, "value": 0.1 * r + 0.01 * i + 0.001 * u} for r in range(4)]
+            job = job_fields("mq2007", i, u, task="ranking", model="linear", scenario="clients")
+            write_result(second / f"mq2007_t{i}_u{u}", job, rounds)
+    run = run_cli([str(first), str(second)], root, program="unlearnbench-report")
+    again = run_cli([str(first), str(second), "--out", str(root / "again")], root, program="unlearnbench-report")
+    return root, first / "report", run, again
+
+
+def rows(frame: pd.DataFrame, **match) -> pd.DataFrame:
+    for key, value in match.items():
+        frame = frame[frame[key].isna()] if value is None else frame[frame[key] == value]
+    return frame
+
+
+def test_constructed_report_writes_every_file_and_names_failed_jobs(constructed):
+    _, report, run, _ = constructed
+    assert run.returncode == 0, run.stderr
+    assert f"report: {report}" in run.stdout
+    assert "FAILED digits_t2_u99: RuntimeError: boom" in run.stderr and "FAILED broken" in run.stderr
+    for name in REPORT_FILES:
+        assert (report / name).is_file() and (report / name).stat().st_size > 0, name
+    table = pd.read_csv(report / "results.csv")
+    assert len(table) == 6 * 7 + 1 + 3 * 4  # every record of every readable job, the failed one's included
+    assert len(pd.read_parquet(report / "results.parquet")) == len(table)
+    assert {"seed_train", "seed_unlearn", "seed_eval", "status", "job_method", "folder", "round"} <= set(table)
+    assert set(table["status"]) == {"complete", "failed"}
+
+
+def test_summary_holds_mean_std_n_across_seeds(constructed):
+    _, report, _, _ = constructed
+    summary = pd.read_csv(report / "summary.csv")
+    alpha = rows(summary, dataset="digits", method="alpha", metric="delta_acc", split="forget_test").iloc[0]
+    values = [v for row in GRID for v in row]  # the failed job's 1000 is not among them
+    assert alpha["mean"] == pytest.approx(sum(values) / 6)
+    assert alpha["std"] == pytest.approx(pd.Series(values).std())
+    assert (alpha["n"], alpha["seeds_train"], alpha["seeds_unlearn"], alpha["target"]) == (6, 3, 6, 3)
+    original = rows(summary, role="original", metric="acc").iloc[0]
+    assert (original["mean"], original["n"]) == (0.9, 6) and math.isnan(original["method"])
+    timing = rows(summary, method="beta", metric="time_s").iloc[0]
+    assert timing["n"] == 0 and math.isnan(timing["mean"])
+    ndcg = rows(summary, dataset="mq2007", metric="ndcg@10").sort_values("round")
+    assert list(ndcg["round"]) == [0, 1, 2, 3] and list(ndcg["n"]) == [3, 3, 3, 3]
+    assert ndcg["mean"].iloc[3] == pytest.approx((0.3 + 0.000 + 0.3 + 0.001 + 0.31 + 0.002) / 3)
+
+
+def test_table_averages_over_unlearning_seeds_first(constructed):
+    _, report, _, _ = constructed
+    table = pd.read_csv(report / "table.csv")
+    alpha = rows(table, method="alpha", metric="delta_acc").iloc[0]
+    per_seed = pd.Series([sum(r) / 2 for r in GRID])  # 2, 5, 9
+    assert alpha["mean"] == pytest.approx(per_seed.mean())
+    assert alpha["std"] == pytest.approx(per_seed.std())
+    assert (alpha["I"], alpha["n"]) == (3, 6)
+
+
+def test_seed_variance_matches_the_hand_computed_grid(constructed):
+    _, report, _, _ = constructed
+    variance = pd.read_csv(report / "seed_variance.csv")
+    alpha = rows(variance, method="alpha", metric="delta_acc").iloc[0]
+    assert (alpha["I"], alpha["J"], alpha["n"], bool(alpha["balanced"])) == (3, 2, 6, True)
+    assert alpha["msw"] == pytest.approx(4.0) and alpha["msb"] == pytest.approx(222 / 9)
+    assert alpha["sigma_u2"] == pytest.approx(4.0) and alpha["sigma_t2"] == pytest.approx(31 / 3)
+    assert alpha["icc"] == pytest.approx(31 / 43) and alpha["total"] == pytest.approx(43 / 3)
+    assert alpha["sigma_t2_low"] <= alpha["sigma_t2"] <= alpha["sigma_t2_high"]
+    assert "fewer than 10 training seeds" in alpha["warnings"]
+    beta = rows(variance, method="beta", metric="delta_acc").iloc[0]
+    assert beta["sigma_u2"] == 0.0 and beta["sigma_u2_low"] == 0.0 and beta["sigma_u2_high"] == 0.0
+    assert beta["sigma_t2"] == pytest.approx(0.01)  # the variance of 0.1, 0.2, 0.3
+    ndcg = rows(variance, dataset="mq2007").iloc[0]  # the last round only; unbalanced
+    assert not ndcg["balanced"] and (ndcg["J_min"], ndcg["J_max"], ndcg["n"]) == (1, 2, 3)
+    assert ndcg["J"] == pytest.approx((3 - 5 / 3) / 1)
+    assert "unbalanced grid" in ndcg["warnings"]
+
+
+def test_wasserstein_rows_compare_each_training_seed_with_the_multi_seed_design(constructed):
+    _, report, _, _ = constructed
+    by_seed = rows(pd.read_csv(report / "wasserstein_by_seed.csv"), method="alpha", metric="delta_acc")
+    design_b = [row[0] for row in GRID]  # the smallest unlearning seed of each training seed
+    assert list(by_seed["seed_train"]) == [0, 1, 2]
+    assert by_seed["w2"].iloc[0] == pytest.approx(math.sqrt(7))  # [1, 3] against [1, 4, 7], by hand
+    assert list(by_seed["w2"]) == pytest.approx([stats.w2(row, design_b) for row in GRID])
+    assert list(by_seed["null_95"]) == pytest.approx([stats.w2_null(row, design_b) for row in GRID])
+    assert set(by_seed["n_A"]) == {2} and set(by_seed["n_B"]) == {3}
+    summary = rows(pd.read_csv(report / "wasserstein.csv"), method="alpha", metric="delta_acc").iloc[0]
+    assert (summary["I"], summary["J"], summary["designs_A"]) == (3, 2, 3)
+    assert summary["w2_mean"] == pytest.approx(by_seed["w2"].mean())
+    assert (summary["w2_min"], summary["w2_max"]) == pytest.approx((by_seed["w2"].min(), by_seed["w2"].max()))
+    assert summary["null_95_mean"] == pytest.approx(by_seed["null_95"].mean())
+    assert rows(pd.read_csv(report / "wasserstein.csv"), dataset="mq2007").shape[0] == 1
+
+
+def test_report_md_marks_the_best_method_warns_and_lists_failed_jobs(constructed):
+    _, report, _, _ = constructed
+    text = (report / "report.md").read_text()
+    assert "## digits · resnet18 · full_class — target 3" in text
+    main = next(line for line in text.splitlines() if line.startswith("| beta |"))
+    assert "**0.2 ± 0.1**" in main  # Δacc D'_f closest to 0: beta
+    alpha = next(line for line in text.splitlines() if line.startswith("| alpha |"))
+    assert "**0.05 ± 0**" in alpha  # acc D'_f closest to the retrained model's 0: alpha
+    assert "fewer than 10 training seeds (I = " in text
+    assert "unbalanced grid" in text
+    failed = text[text.index("## Failed jobs (2)"):]
+    assert "digits_t2_u99" in failed and "RuntimeError: boom" in failed and "broken" in failed
+    assert "](figures/designs_digits_resnet18_full_class_acc_forget_test.png)" in text
+
+
+def test_figures_are_png_files(constructed):
+    _, report, _, _ = constructed
+    names = {p.name for p in (report / "figures").glob("*.png")}
+    assert {"designs_digits_resnet18_full_class_acc_forget_test.png",
+            "designs_digits_resnet18_full_class_delta_acc_forget_test.png",
+            "wasserstein_digits_resnet18_full_class.png", "variance_digits_resnet18_full_class.png",
+            "trajectory_mq2007_linear_clients_ndcg-10.png"} <= names
+    for path in (report / "figures").glob("*.png"):
+        content = path.read_bytes()
+        assert content.startswith(PNG) and len(content) > 5000, path.name
+
+
+def test_report_is_reproducible(constructed):
+    root, report, _, again = constructed
+    assert again.returncode == 0, again.stderr
+    figures = [f"figures/{p.name}" for p in (report / "figures").glob("*.png")]
+    for name in [*(n for n in REPORT_FILES if n != "results.parquet"), *figures]:
+        assert (root / "again" / name).read_bytes() == (report / name).read_bytes(), name
+
+
+# ------------------------------------------------------------------------------------- a real, killed sweep
+
+# Unlearning batches of 512 (the methods' `batch_size` follows the scenario's): fewer steps, half the fine-tuning time.
+SWEEP = ["experiment=seed_sensitivity", "study.I=3", "study.J=3", "+method=ssd,finetune", "scenario.batch_size=512",
+         *TINY]
+
+
+def complete_results(folder: Path) -> int:
+    count = 0
+    for path in folder.glob("*/result.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            count += json.loads(path.read_text())["status"] == "complete"
+    return count
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """3 training × 3 unlearning seeds × {ssd, finetune} on digits: started, killed once a job has finished,
+    reported, then run again into the same folder to completion."""
+    tmp_path = tmp_path_factory.mktemp("real")
+    sweep = tmp_path / "sweep"
+    command = [str(Path(sys.executable).parent / "unlearnbench"), *SWEEP, f"hydra.sweep.dir={sweep}",
+               f"paths.cache_dir={tmp_path / 'cache'}", f"paths.data_dir={tmp_path / 'data'}"]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    deadline = time.monotonic() + 300
+    try:
+        while complete_results(sweep) < 1 and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        process.kill()
+        process.wait()
+    finished = complete_results(sweep)
+    partial = run_cli([str(sweep), "--out", str(tmp_path / "partial")], tmp_path, program="unlearnbench-report")
+    resumed = run_cli(SWEEP, tmp_path)
+    return tmp_path, sweep, finished, partial, resumed
+
+
+def test_killed_sweep_reports_its_finished_jobs(real):
+    tmp_path, _, finished, partial, _ = real
+    assert 1 <= finished < 18
+    assert partial.returncode == 0, partial.stderr
+    table = pd.read_csv(tmp_path / "partial" / "results.csv")
+    assert table["folder"].nunique() == finished and set(table["status"]) == {"complete"}
+    assert "Jobs: " + str(finished) in (tmp_path / "partial" / "report.md").read_text()
+
+
+def test_running_the_sweep_again_completes_it_and_the_report_covers_every_job(real):
+    _, sweep, finished, _, resumed = real
+    assert resumed.returncode == 0, resumed.stderr
+    output = resumed.stdout + resumed.stderr
+    assert output.count("already complete, skipped") == finished
+    jobs = results(sweep)
+    assert len(jobs) == 18 and all(r["status"] == "complete" for r in jobs.values())
+    seeds = {(r["job"]["seed_train"], r["job"]["seed_unlearn"]) for r in jobs.values()}
+    assert seeds == {(i, 3 * i + j) for i in range(3) for j in range(3)}  # s_u = i·J + j: nine distinct seeds
+    table = pd.read_csv(sweep / "report" / "results.csv")
+    assert table["folder"].nunique() == 18
+    assert f"report: {sweep / 'report'}" in resumed.stdout
+
+
+def test_real_sweep_report_files_and_statistics(real):
+    _, sweep, _, _, _ = real
+    report = sweep / "report"
+    for name in REPORT_FILES:
+        assert (report / name).stat().st_size > 0, name
+    variance = pd.read_csv(report / "seed_variance.csv")
+    unlearned = variance[variance["role"] == "unlearned"]
+    assert set(unlearned["method"]) == {"ssd", "finetune"}
+    assert set(unlearned["I"]) == {3} and set(unlearned["J"]) == {3.0}
+    # SSD is deterministic given M_o, and full-class splits do not depend on the unlearning seed: the unlearned
+    # model's own metrics do not vary with the unlearning seed. (Comparisons against M_r, e.g. Δacc, do: M_r is
+    # trained with the unlearning seed.)
+    ssd = unlearned[(unlearned["method"] == "ssd") & unlearned["metric"].isin(["acc", "loss"])]
+    assert len(ssd) == 8 and (ssd["sigma_u2"] == 0.0).all() and (ssd["sigma_u2_high"] == 0.0).all()
+    retrained = variance[(variance["role"] == "retrained") & (variance["metric"] == "acc")]
+    assert (retrained["sigma_u2"] > 0).any()
+    wasserstein = pd.read_csv(report / "wasserstein.csv")
+    assert set(wasserstein[wasserstein["role"] == "unlearned"]["method"]) == {"ssd", "finetune"}
+    assert set(wasserstein["I"]) == {3} and set(wasserstein["designs_A"]) == {3}
+    assert len(pd.read_csv(report / "wasserstein_by_seed.csv")) == 3 * len(wasserstein)
+    summary = pd.read_csv(report / "summary.csv")
+    acc = summary[(summary["method"] == "finetune") & (summary["metric"] == "acc")
+                  & (summary["split"] == "retain_test")].iloc[0]
+    assert acc["n"] == 9 and 0.5 < acc["mean"] <= 1
+    text = (report / "report.md").read_text()
+    assert "fewer than 10 training seeds (I = 3)" in text and "## Failed jobs (0)" in text
+    figures = sorted((report / "figures").glob("*.png"))
+    assert {p.name.split("_")[0] for p in figures} == {"designs", "wasserstein", "variance"}
+    for path in figures:
+        assert path.read_bytes().startswith(PNG) and path.stat().st_size > 5000
+
+
+# ------------------------------------------------------------------------------- the seed_sensitivity preset
+
+
+def test_seed_sensitivity_preset_nests_distinct_unlearning_seeds():
+    from helpers import compose_config
+    from omegaconf import OmegaConf
+
+    cfg = compose_config(["experiment=seed_sensitivity", "study.J=4", "seeds.train=2", "study.repeat=1"],
+                         return_hydra_config=True)
+    assert (cfg.seeds.train, cfg.seeds.unlearn, cfg.seeds.eval) == (2, 9, 9)  # s_u = i·J + j
+    params = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=True)
+    assert params == {"seeds.train": "range(5)", "study.repeat": "range(4)"}  # I = 5 by default
+    pairs = [(i, compose_config(["experiment=seed_sensitivity", "study.I=3", "study.J=3", f"seeds.train={i}",
+                                 f"study.repeat={j}"]).seeds.unlearn) for i in range(3) for j in range(3)]
+    assert len({u for _, u in pairs}) == 9
+    with pytest.raises(Exception, match=r"study\.repeat must lie in 0\.\.study\.J-1"):
+        OmegaConf.to_container(compose_config(["experiment=seed_sensitivity", "study.repeat=5"]), resolve=True)
+    plain = compose_config([])
+    assert plain.study is None and plain.seeds.unlearn == plain.seeds.train
+    assert compose_config(["+method=finetune"]).method.name == "finetune"
+
+
+def test_report_of_an_empty_folder_or_only_failed_jobs(tmp_path):
+    from unlearnbench.report.build import build_report
+
+    empty = build_report([tmp_path], tmp_path / "report")
+    assert (empty.jobs, empty.failed, empty.figures) == ([], [], [])
+    assert "No complete job with records was found." in (tmp_path / "report" / "report.md").read_text()
+    write_result(tmp_path / "job", job_fields("digits", 0, 0), [], status="failed", error="ValueError: no")
+    failed = build_report([tmp_path], tmp_path / "report")
+    assert [job["error"] for job in failed.failed] == ["ValueError: no"]
+    assert "## Failed jobs (1)" in (tmp_path / "report" / "report.md").read_text()
+    assert pd.read_csv(tmp_path / "report" / "summary.csv").empty

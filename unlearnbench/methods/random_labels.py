@@ -1,0 +1,72 @@
+"""Random Labels (RL): train M_o on D_r together with D_f relabelled at random among the other classes.
+
+Relabelling as in Graves et al., "Amnesiac Machine Learning" (AAAI 2021; their "unlearning", not their amnesiac
+unlearning), as the SSD authors' code runs it (called `amnesiac` there, after vikram2000b/bad-teaching-unlearning).
+Each forget sample gets one label, drawn once, uniformly among the classes other than its own: every class but the
+forgotten one (full-class), every super-class but the forgotten sub-class's (sub-class), any class but the sample's
+own (random-sample). Then 3 epochs over relabelled D_f ∪ D_r, batch 128, shuffled, Adam lr 1e-4, train mode,
+cross-entropy.
+
+Difference from the reference: the labels and the data order come from the unlearning seed instead of unseeded
+global RNG (the reference's random-sample variant draws by rejection, ours by an offset: the same distribution).
+A float16 model (precision 16-true) is refused: Adam's moment estimates underflow there and the model turns into NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor, nn
+
+from unlearnbench.data.base import Subset
+from unlearnbench.errors import UserError
+from unlearnbench.methods.base import Method, UnlearningTask, random_other_labels, setting
+from unlearnbench.runtime.train import Batches, cross_entropy_epochs
+
+
+def refuse_float16(model: nn.Module, method: str) -> None:
+    """Adam's second-moment estimate, about 0.001·g², underflows in float16 for |g| < 0.008, and Adam then divides
+    by its ε (also 0 in float16): the model turns into NaN. So a float16 model (precision 16-true) is refused."""
+    if any(p.dtype == torch.float16 for p in model.parameters()):
+        raise UserError(f"method {method} trains with Adam, whose moment estimates underflow in float16 and turn the "
+                        f"model into NaN; use precision=16-mixed, bf16-mixed or bf16-true instead of 16-true")
+
+
+def relabelled(task: UnlearningTask) -> tuple[Subset, Tensor]:
+    """D_f followed by D_r, and their training labels aligned by position: D_f's drawn with the unlearning seed."""
+    forget, retain = task.splits.forget_train, task.splits.retain_train
+    new_labels = random_other_labels(forget.labels[forget.indices], task.data.num_classes, task.rng.torch)
+    subset = Subset(task.data, "train", torch.cat([forget.indices, retain.indices]))
+    return subset, torch.cat([new_labels, retain.labels[retain.indices]])
+
+
+class WithLabels:
+    """Batches of (inputs, labels[positions]): one epoch, shuffled anew, each time it is iterated."""
+
+    def __init__(self, batches: Batches, labels: Tensor) -> None:
+        self.batches, self.labels = batches, labels
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+        for inputs, _, positions in self.batches.indexed():
+            yield inputs, self.labels[positions]
+
+
+class RandomLabels(Method):
+    deterministic = False
+
+    def __init__(self, name: str, epochs: int = 3, lr: float = 1e-4, batch_size: int = 128) -> None:
+        super().__init__(name)
+        self.epochs, self.lr, self.batch_size = epochs, lr, batch_size
+
+    def unlearn(self, model: nn.Module, task: UnlearningTask) -> nn.Module:
+        subset, labels = relabelled(task)
+        optimizer = torch.optim.Adam(model.parameters(), lr=setting(self.lr, task))
+        model, optimizer = task.fabric.setup(model, optimizer)
+        refuse_float16(model, self.name)
+        batches = WithLabels(task.batches(subset, setting(self.batch_size, task)), labels)
+        cross_entropy_epochs(task.fabric, model, optimizer, batches, setting(self.epochs, task))
+        return model

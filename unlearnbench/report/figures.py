@@ -1,0 +1,230 @@
+"""The report's figures (matplotlib's object API on the Agg canvas: no pyplot state, no display needed).
+
+Per configuration (dataset · model · scenario):
+- `designs_<config>_<metric>_<split>.png` for the main metrics (`FIGURE_METRICS`): per method, box plots of the
+  single-training-seed design A(i₀) (the J unlearning seeds of the smallest training seed i₀, the common practice of
+  one seed 0) and of the multi-training-seed design B (one unlearning seed per training seed), side by side; dashed
+  lines at the retrained model's 25/50/75% quantiles over all its seeds where it has the metric, a grey line at 0
+  for deltas and distances. One panel per target (at most `MAX_PANELS`).
+- `wasserstein_<config>.png`: per main metric, per method a box of W2(A(i), B) over the training seeds i (and the
+  targets), with the mean 95% permutation-null percentile as a red tick.
+- `variance_<config>.png`: per main metric, per method the training-seed and unlearning-seed components σ_T² and
+  σ_U² stacked (averaged over targets), the ICC above each bar.
+- `trajectory_<config>_<metric>.png` for records with a `round` (the ranking task): mean ± std across all seeds per
+  method and round, one panel per target.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+
+if "matplotlib.pyplot" not in sys.modules:  # no interactive session to respect: pin Agg (headless, no display)
+    matplotlib.use("Agg")
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from unlearnbench.report.analysis import Study, label
+
+FIGURE_METRICS = [("acc", "forget_test"), ("acc", "retain_test"), ("delta_acc", "forget_test"),
+                  ("delta_mia", "forget_train"), ("activation_distance", "forget_train"), ("layer_distance", "")]
+MAX_PANELS = 6
+DPI = 90
+COLOURS = {"A": "#4C72B0", "B": "#DD8452"}
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "x"
+
+
+def configurations(study: Study, frame: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
+    if frame.empty:
+        return []
+    return [(ident if isinstance(ident, tuple) else (ident,), part)
+            for ident, part in frame.groupby(study.keys, sort=False)]
+
+
+def _save(figure: Figure, path: Path, handles: list | None = None) -> Path:
+    if handles:
+        figure.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=8, frameon=False)
+    figure.savefig(path, dpi=DPI, metadata={"Software": None})
+    return path
+
+
+def _panels(count: int, width: float = 4.2, height: float = 3.4) -> tuple[Figure, list]:
+    columns = min(count, 3)
+    rows = (count + columns - 1) // columns
+    figure = Figure(figsize=(max(width * columns, 8.0), height * rows + 0.4), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = [figure.add_subplot(rows, columns, k + 1) for k in range(count)]
+    return figure, axes
+
+
+def designs(study: Study, folder: Path) -> list[Path]:
+    paths = []
+    for ident, part in configurations(study, study.values):
+        config = " · ".join(map(str, ident))
+        for metric, split in FIGURE_METRICS:
+            rows = part[(part["metric"] == metric) & (part["split"] == split)]
+            unlearned = rows[rows["role"] == "unlearned"]
+            if unlearned.empty:
+                continue
+            targets = list(dict.fromkeys(unlearned["target"]))[:MAX_PANELS]
+            figure, axes = _panels(len(targets))
+            handles: list = []
+            for axis, target in zip(axes, targets, strict=True):
+                handles = _design_panel(axis, rows[rows["target"] == target], metric) or handles
+                axis.set_title(f"target {target}", fontsize=9)
+            figure.suptitle(f"{config}: {label(metric, split)}, design A(i₀) vs B", fontsize=10)
+            paths.append(_save(figure, folder / f"designs_{slug('_'.join(map(str, ident)))}_{slug(metric)}"
+                                                f"{'_' + slug(split) if split else ''}.png", handles))
+    return paths
+
+
+def _design_panel(axis, rows: pd.DataFrame, metric: str) -> list:
+    unlearned = rows[rows["role"] == "unlearned"].sort_values(["seed_train", "seed_unlearn", "seed_eval"])
+    methods = sorted(set(unlearned["method"]))
+    first_seed = unlearned["seed_train"].min()
+    data, positions, colours = [], [], []
+    for k, method in enumerate(methods):
+        mine = unlearned[unlearned["method"] == method]
+        design_a = mine[mine["seed_train"] == first_seed]["value"].to_numpy()
+        design_b = mine.groupby("seed_train", sort=True)["value"].first().to_numpy()
+        for offset, values, design in ((-0.2, design_a, "A"), (0.2, design_b, "B")):
+            if len(values):
+                data.append(values)
+                positions.append(k + offset)
+                colours.append(COLOURS[design])
+    if data:
+        boxes = axis.boxplot(data, positions=positions, widths=0.35, patch_artist=True, showfliers=True,
+                             medianprops={"color": "black"})
+        for patch, colour in zip(boxes["boxes"], colours, strict=True):
+            patch.set_facecolor(colour)
+            patch.set_alpha(0.75)
+    retrained = rows[rows["role"] == "retrained"].drop_duplicates(subset=["seed_unlearn"])["value"].dropna()
+    if len(retrained):
+        for q, style in zip(np.quantile(retrained, [0.25, 0.5, 0.75]), (":", "--", ":"), strict=True):
+            axis.axhline(q, color="black", linestyle=style, linewidth=1)
+    elif metric.startswith("delta_") or metric.endswith("distance") or metric == "js_divergence":
+        axis.axhline(0.0, color="grey", linewidth=1)
+    axis.set_xticks(range(len(methods)))
+    axis.set_xticklabels(methods, rotation=30, ha="right", fontsize=8)
+    handles = [Patch(color=COLOURS["A"], label=f"A(i₀): training seed {first_seed}, its unlearning seeds"),
+               Patch(color=COLOURS["B"], label="B: one unlearning seed per training seed")]
+    if len(retrained):
+        handles.append(Line2D([], [], color="black", linestyle="--", label="M_r: median, 25/75% dotted"))
+    return handles
+
+
+def wasserstein(study: Study, folder: Path) -> list[Path]:
+    paths = []
+    by_seed = study.wasserstein_by_seed
+    summary = study.wasserstein
+    for ident, part in configurations(study, by_seed):
+        part = part[part["role"] == "unlearned"]
+        metrics = [(m, s) for m, s in FIGURE_METRICS if ((part["metric"] == m) & (part["split"] == s)).any()]
+        if not metrics:
+            continue
+        figure, axes = _panels(len(metrics), width=4.0, height=3.2)
+        for axis, (metric, split) in zip(axes, metrics, strict=True):
+            rows = part[(part["metric"] == metric) & (part["split"] == split)]
+            methods = sorted(set(rows["method"]))
+            axis.boxplot([rows[rows["method"] == m]["w2"].to_numpy() for m in methods], positions=range(len(methods)),
+                         widths=0.5, medianprops={"color": "black"})
+            config_rows = summary
+            for key, value in zip(study.keys, ident, strict=True):
+                config_rows = config_rows[config_rows[key] == value]
+            for k, method in enumerate(methods):
+                null = config_rows[(config_rows["method"] == method) & (config_rows["metric"] == metric)
+                                   & (config_rows["split"] == split)]["null_95_mean"].mean()
+                axis.plot([k - 0.3, k + 0.3], [null, null], color="red", linewidth=1.5)
+            axis.set_xticks(range(len(methods)))
+            axis.set_xticklabels(methods, rotation=30, ha="right", fontsize=8)
+            axis.set_title(label(metric, split), fontsize=9)
+            axis.set_ylabel("W2(A(i), B)", fontsize=8)
+        figure.suptitle(f"{' · '.join(map(str, ident))}: W2(A(i), B) over training seeds i and targets",
+                        fontsize=10)
+        handles = [Line2D([], [], color="red", label="permutation null, 95th percentile (mean over i)")]
+        paths.append(_save(figure, folder / f"wasserstein_{slug('_'.join(map(str, ident)))}.png", handles))
+    return paths
+
+
+def variance(study: Study, folder: Path) -> list[Path]:
+    paths = []
+    for ident, part in configurations(study, study.variance):
+        part = part[part["role"] == "unlearned"]
+        metrics = [(m, s) for m, s in FIGURE_METRICS if ((part["metric"] == m) & (part["split"] == s)
+                                                         & part["sigma_t2"].notna()).any()]
+        if not metrics:
+            continue
+        figure, axes = _panels(len(metrics), width=4.0, height=3.2)
+        for axis, (metric, split) in zip(axes, metrics, strict=True):
+            rows = part[(part["metric"] == metric) & (part["split"] == split)]
+            means = rows.groupby("method", sort=True)[["sigma_t2", "sigma_u2"]].mean()
+            positions = np.arange(len(means))
+            axis.bar(positions, means["sigma_t2"], color="#55A868", label="σ_T² (training seed)")
+            axis.bar(positions, means["sigma_u2"], bottom=means["sigma_t2"], color="#C44E52",
+                     label="σ_U² (unlearning seed)")
+            for k, (t2, u2) in enumerate(zip(means["sigma_t2"], means["sigma_u2"], strict=True)):
+                total = t2 + u2
+                if total > 0:
+                    axis.text(k, total, f"ICC {t2 / total:.2f}", ha="center", va="bottom", fontsize=7)
+            axis.set_xticks(positions)
+            axis.set_xticklabels(list(means.index), rotation=30, ha="right", fontsize=8)
+            axis.set_title(label(metric, split), fontsize=9)
+            top = float(np.nanmax((means["sigma_t2"] + means["sigma_u2"]).to_numpy(), initial=0.0))
+            if top > 0:
+                axis.set_ylim(0, top * 1.15)
+        figure.suptitle(f"{' · '.join(map(str, ident))}: variance components (mean over targets)", fontsize=10)
+        handles = [Patch(color="#55A868", label="σ_T² (training seed)"),
+                   Patch(color="#C44E52", label="σ_U² (unlearning seed)")]
+        paths.append(_save(figure, folder / f"variance_{slug('_'.join(map(str, ident)))}.png", handles))
+    return paths
+
+
+def trajectories(study: Study, folder: Path) -> list[Path]:
+    paths = []
+    for ident, part in configurations(study, study.rounds):
+        for (metric, split), rows in part.groupby(["metric", "split"], sort=False):
+            targets = list(dict.fromkeys(rows["target"]))[:MAX_PANELS]
+            figure, axes = _panels(len(targets), width=5.0, height=3.4)
+            for axis, target in zip(axes, targets, strict=True):
+                mine = rows[rows["target"] == target]
+                for (role, method), series in mine.groupby(["role", "method"], sort=True):
+                    name = method if role == "unlearned" else f"({role})"
+                    stats = series.groupby("round", sort=True)["value"].agg(["mean", "std"]).fillna({"std": 0.0})
+                    axis.plot(stats.index, stats["mean"], label=name, linewidth=1.2)
+                    axis.fill_between(stats.index, stats["mean"] - stats["std"], stats["mean"] + stats["std"],
+                                      alpha=0.2)
+                axis.set_xlabel("round", fontsize=8)
+                axis.set_ylabel(metric, fontsize=8)
+                axis.set_title(f"target {target}", fontsize=9)
+                axis.legend(fontsize=7, loc="upper right")
+            figure.suptitle(f"{' · '.join(map(str, ident))}: {label(metric, split)} per round, mean ± std across "
+                            "seeds", fontsize=10)
+            name = f"trajectory_{slug('_'.join(map(str, ident)))}_{slug(metric)}{'_' + slug(split) if split else ''}"
+            paths.append(_save(figure, folder / f"{name}.png"))
+    return paths
+
+
+def draw(study: Study, folder: Path) -> tuple[list[Path], list[str]]:
+    """Every figure into `folder` (PNG files of an earlier build there are removed first); (paths, problems)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.png"):
+        old.unlink()
+    paths, problems = [], []
+    kinds = (designs, wasserstein, variance, trajectories) if study.has_seed_spread else (trajectories,)
+    for kind in kinds:
+        try:
+            paths += kind(study, folder)
+        except Exception as error:  # a figure never costs the report its tables
+            problems.append(f"figures ({kind.__name__}) failed: {type(error).__name__}: {error}")
+    return paths, problems

@@ -1,0 +1,215 @@
+"""`report.md`: the tables of a `Study` as Markdown, best values marked, warnings, figures and failed jobs."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from unlearnbench.report.analysis import GOLD_STANDARD, MAIN, Study, ideal, label
+
+MAX_ERROR_LINES = 20
+BEST_RULE = ("**Bold**: the best method per column, among the unlearning methods other than `retrain` (which is "
+             "M_r itself): closest to 0 for deltas, distances and cost, to 1 for completeness and tow, to 0.5 for "
+             "`mia_loss`, and to the retrained model's mean for acc, loss and MIA.")
+
+
+def fmt(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if value == 0:
+        return "0"
+    return f"{value:.3g}"
+
+
+def mean_std(mean: float, std: float) -> str:
+    return fmt(mean) if std is None or math.isnan(std) else f"{fmt(mean)} ± {fmt(std)}"
+
+
+def interval(value: float, low: float, high: float) -> str:
+    return fmt(value) if math.isnan(low) else f"{fmt(value)} [{fmt(low)}, {fmt(high)}]"
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+    return [line(header), line(["---"] * len(header)), *(line(r) for r in rows), ""]
+
+
+def row_name(role: str, method: str) -> str:
+    return method if role == "unlearned" else f"({role})"
+
+
+def best_methods(table: pd.DataFrame, metric: str, split: str) -> set[str]:
+    """The unlearning methods (not `retrain`) whose mean is closest to the metric's ideal (ties: all of them)."""
+    goal = ideal(metric)
+    if goal is None:
+        return set()
+    rows = table[(table["metric"] == metric) & (table["split"] == split)]
+    if goal == "retrained":
+        reference = rows[rows["role"] == "retrained"]["mean"].dropna()
+        if reference.empty:
+            return set()
+        goal = float(reference.iloc[0])
+    candidates = rows[(rows["role"] == "unlearned") & (rows["method"] != GOLD_STANDARD)].dropna(subset=["mean"])
+    if len(candidates) < 2:
+        return set()
+    distance = (candidates["mean"] - goal).abs()
+    best = distance.min()
+    return set(candidates.loc[distance <= best + 1e-12 * max(1.0, abs(best)), "method"])
+
+
+def section_title(ident: tuple) -> str:
+    """The section heading: dataset · model · scenario (· any other varied configuration) — target t."""
+    return " · ".join(f"{value}" for value in ident[:-1]) + f" — target {ident[-1]}"
+
+
+def section_columns(table: pd.DataFrame, most: int = 12) -> list[tuple[str, str, str]]:
+    """(header, metric, split) of a section's short tables: the main metrics it has, or else (a task with metrics
+    of its own, e.g. NDCG@10) the first `most` metrics of its methods."""
+    columns = [(h, m, s) for h, m, s in MAIN if ((table["metric"] == m) & (table["split"] == s)).any()]
+    if columns:
+        return columns
+    unlearned = table[table["role"] == "unlearned"]
+    pairs = list(dict.fromkeys(zip(unlearned["metric"], unlearned["split"], strict=True)))[:most]
+    return [(label(m, s), m, s) for m, s in pairs]
+
+
+def main_section(table: pd.DataFrame) -> list[str]:
+    """Mean ± std across training seeds per method for the main metrics (rows: M_o, M_r, then every method)."""
+    columns = section_columns(table)
+    names = list(dict.fromkeys(zip(table["role"], table["method"], strict=True)))
+    best = {(m, s): best_methods(table, m, s) for _, m, s in columns}
+    rows = []
+    for role, method in names:
+        mine = table[(table["role"] == role) & (table["method"] == method)]
+        cells = [row_name(role, method)]
+        for _, metric, split in columns:
+            hit = mine[(mine["metric"] == metric) & (mine["split"] == split)]
+            if hit.empty:
+                cells.append("–")
+                continue
+            text = mean_std(hit["mean"].iloc[0], hit["std"].iloc[0])
+            cells.append(f"**{text}**" if role == "unlearned" and method in best[metric, split] else text)
+        counts = mine[["I", "n"]].max()
+        cells += [str(int(counts["I"])), str(int(counts["n"]))]
+        rows.append(cells)
+    return md_table(["", *(h for h, _, _ in columns), "I", "n"], rows)
+
+
+def all_metrics_section(table: pd.DataFrame) -> list[str]:
+    """Every metric and split (rows) for every model (columns), mean ± std across training seeds."""
+    names = list(dict.fromkeys(zip(table["role"], table["method"], strict=True)))
+    pairs = list(dict.fromkeys(zip(table["metric"], table["split"], strict=True)))
+    cells_of = {}  # (role, method, metric, split) → the first row's mean ± std
+    for row in table.itertuples():
+        cells_of.setdefault((row.role, row.method, row.metric, row.split), mean_std(row.mean, row.std))
+    rows = []
+    for metric, split in pairs:
+        best = best_methods(table, metric, split)
+        cells = [label(metric, split)]
+        for role, method in names:
+            text = cells_of.get((role, method, metric, split))
+            bold = text is not None and role == "unlearned" and method in best
+            cells.append(f"**{text}**" if bold else text or "–")
+        rows.append(cells)
+    return md_table(["metric", *(row_name(r, m) for r, m in names)], rows)
+
+
+def main_rows(frame: pd.DataFrame, columns: list[tuple[str, str, str]]) -> pd.DataFrame:
+    """The unlearned models' rows of the section's metrics, in the main table's column order."""
+    order = {(m, s): i for i, (_, m, s) in enumerate(columns)}
+    rank = [order.get((m, s)) for m, s in zip(frame["metric"], frame["split"], strict=True)]
+    chosen = frame.assign(_rank=rank)
+    chosen = chosen[(chosen["role"] == "unlearned") & chosen["_rank"].notna()]
+    return chosen.sort_values(["_rank", "method"], kind="stable").drop(columns="_rank")
+
+
+def variance_section(variance: pd.DataFrame, columns: list[tuple[str, str, str]]) -> list[str]:
+    rows = [[r.method, label(r.metric, r.split), str(r.I), fmt(r.J), fmt(r.total),
+             interval(r.sigma_t2, r.sigma_t2_low, r.sigma_t2_high),
+             interval(r.sigma_u2, r.sigma_u2_low, r.sigma_u2_high), fmt(r.icc)]
+            for r in main_rows(variance, columns).itertuples()
+            if not (math.isnan(r.total) and math.isnan(r.sigma_u2))]
+    if not rows:
+        return []
+    return md_table(["method", "metric", "I", "J", "total", "σ_T² [95% CI]", "σ_U² [95% CI]", "ICC"], rows)
+
+
+def wasserstein_section(wasserstein: pd.DataFrame, columns: list[tuple[str, str, str]]) -> list[str]:
+    rows = [[r.method, label(r.metric, r.split), f"{fmt(r.w2_mean)} [{fmt(r.w2_min)}, {fmt(r.w2_max)}]",
+             fmt(r.null_95_mean), f"{r.share_above_null:.0%}", str(r.I), fmt(r.J)]
+            for r in main_rows(wasserstein, columns).itertuples()]
+    if not rows:
+        return []
+    return md_table(["method", "metric", "W2(A(i), B): mean [min, max] over i", "null 95% (mean)",
+                     "i with W2 > null", "I", "J"], rows)
+
+
+def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Path], figures: list[Path],
+           warnings: list[str], out: Path) -> str:
+    complete = sum(1 for job in jobs if job.get("status") == "complete")
+    lines = ["# unlearnbench report", "",
+             f"Sweep folders: {', '.join(f'`{f}`' for f in folders)}. Jobs: {len(jobs)} ({complete} complete, "
+             f"{len(failed)} failed).", ""]
+    if study.values.empty:
+        lines += ["No complete job with records was found.", ""]
+    if warnings:
+        lines += ["## Warnings", "", *(f"- {w}" for w in warnings), ""]
+    keys = [*study.keys, "target"]
+    table, variance, wasserstein = study.table, study.variance, study.wasserstein
+    for ident, part in table.groupby(keys, sort=False):
+        select = dict(zip(keys, ident, strict=True))
+
+        def mine(frame: pd.DataFrame, select: dict = select) -> pd.DataFrame:
+            if frame.empty:
+                return frame
+            mask = pd.Series(True, index=frame.index)
+            for k, v in select.items():
+                mask &= frame[k] == v
+            return frame[mask]
+
+        lines += [f"## {section_title(ident)}", "",
+                  "### Mean ± std across training seeds", "",
+                  "Per training seed the values are averaged over its unlearning seeds; then mean ± std (ddof 1) "
+                  "over the I training seeds; n = values.", "", BEST_RULE, ""]
+        lines += main_section(part)
+        columns = section_columns(part)
+        section = variance_section(mine(variance), columns)
+        if section:
+            lines += ["### Seed variance: training seed (σ_T²) and unlearning seed (σ_U²)", "",
+                      "One-way nested random effects; σ_U² with the exact χ² interval, σ_T² with the Graybill–Wang "
+                      "interval; total = σ_T² + σ_U²; ICC = σ_T² / total. Every metric and model in "
+                      "`seed_variance.csv`.", ""]
+            lines += section
+        section = wasserstein_section(mine(wasserstein), columns)
+        if section:
+            lines += ["### Single- against multi-training-seed design (W2)", "",
+                      "A(i): the J unlearning seeds of training seed i; B: one unlearning seed (the smallest) per "
+                      "training seed. W2(A(i), B) for every training seed i, against the 95th percentile of its "
+                      "permutation null; every seed in `wasserstein_by_seed.csv`.", ""]
+            lines += section
+        lines += ["<details><summary>All metrics (mean ± std across training seeds)</summary>", ""]
+        lines += all_metrics_section(part)
+        lines += ["</details>", ""]
+    if figures:
+        lines += ["## Figures", ""]
+        for path in figures:
+            relative = path.relative_to(out).as_posix()
+            lines += [f"![{path.stem}]({relative})", ""]
+    lines += [f"## Failed jobs ({len(failed)})", ""]
+    if failed:
+        for job in failed:
+            error = str(job.get("error") or "no error recorded").strip()
+            first, *rest = error.splitlines() or [""]
+            lines.append(f"- `{job['folder']}` ({job.get('status')}): {first[:500]}")
+            if rest:
+                shown = rest[:MAX_ERROR_LINES] + ([f"… {len(rest) - MAX_ERROR_LINES} more lines"]
+                                                 if len(rest) > MAX_ERROR_LINES else [])
+                lines += ["", "  ```", *(f"  {line}" for line in shown), "  ```"]
+        lines.append("")
+    else:
+        lines += ["None.", ""]
+    return "\n".join(lines)
