@@ -21,8 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from unlearnbench.data.base import Subset
-from unlearnbench.methods.base import Method, UnlearningTask, setting
-from unlearnbench.methods.random_labels import refuse_float16
+from unlearnbench.methods.base import Method, UnlearningTask, refuse_float16, setting
 from unlearnbench.runtime.train import descend, float_logits
 
 

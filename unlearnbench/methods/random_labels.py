@@ -20,17 +20,8 @@ import torch
 from torch import Tensor, nn
 
 from unlearnbench.data.base import Subset
-from unlearnbench.errors import UserError
-from unlearnbench.methods.base import Method, UnlearningTask, random_other_labels, setting
+from unlearnbench.methods.base import Method, UnlearningTask, random_other_labels, refuse_float16, setting
 from unlearnbench.runtime.train import Batches, cross_entropy_epochs
-
-
-def refuse_float16(model: nn.Module, method: str) -> None:
-    """Adam's second-moment estimate, about 0.001·g², underflows in float16 for |g| < 0.008, and Adam then divides
-    by its ε (also 0 in float16): the model turns into NaN. So a float16 model (precision 16-true) is refused."""
-    if any(p.dtype == torch.float16 for p in model.parameters()):
-        raise UserError(f"method {method} trains with Adam, whose moment estimates underflow in float16 and turn the "
-                        f"model into NaN; use precision=16-mixed, bf16-mixed or bf16-true instead of 16-true")
 
 
 def relabelled(task: UnlearningTask) -> tuple[Subset, Tensor]:

@@ -36,8 +36,7 @@ from unlearnbench.data.base import Subset
 from unlearnbench.data.scenarios import Scenario, SubClass
 from unlearnbench.data.transforms import Normalizer, to_unit
 from unlearnbench.errors import UserError
-from unlearnbench.methods.base import Method, UnlearningTask, setting
-from unlearnbench.methods.random_labels import refuse_float16
+from unlearnbench.methods.base import Method, UnlearningTask, refuse_float16, setting
 from unlearnbench.runtime.train import batch_count, batch_positions, cross_entropy_epochs, descend, float_logits
 
 
