@@ -25,6 +25,7 @@ lint: install
 
 bench: install
 	$(BIN)/python benchmarks/bench_demo.py
+	$(BIN)/python benchmarks/bench_foltr.py
 
 clean:
 	rm -rf multirun_outputs outputs .cache .pytest_cache .ruff_cache build dist *.egg-info

@@ -266,7 +266,8 @@ def test_real_sweep_report_files_and_statistics(real):
     variance = pd.read_csv(report / "seed_variance.csv")
     unlearned = variance[variance["role"] == "unlearned"]
     assert set(unlearned["method"]) == {"ssd", "finetune"}
-    assert set(unlearned["I"]) == {3} and set(unlearned["J"]) == {3.0}
+    measured = unlearned[~unlearned["metric"].isin(["time_s", "memory_gib", "utilisation_pct"])]
+    assert set(measured["I"]) == {3} and set(measured["J"]) == {3.0}  # (a cost can be null: a too-short call)
     # SSD is deterministic given M_o, and full-class splits do not depend on the unlearning seed: the unlearned
     # model's own metrics do not vary with the unlearning seed. (Comparisons against M_r, e.g. Δacc, do: M_r is
     # trained with the unlearning seed.)

@@ -1,8 +1,8 @@
 """Structured-config schemas: a misspelled key or a wrongly typed value fails when Hydra composes the config.
 
-Groups whose shape is fixed (seeds, paths, training recipe, evaluation, runtime, scenario, strategy, precision) are
-typed here. Component groups (dataset, model, method) carry the keyword arguments of their `_target_`, which differ
-per component; their constructors' signatures check them before any work starts (see `components.instantiate`).
+Groups whose shape is fixed (task, seeds, paths, training recipe, evaluation, runtime, strategy, precision) are
+typed here. Component groups (dataset, model, scenario, method) carry the keyword arguments of their `_target_`,
+which differ per component; their constructors' signatures check them before any work starts (`components.build`).
 """
 
 from __future__ import annotations
@@ -74,11 +74,11 @@ class Runtime:
 
 
 @dataclass
-class Scenario:
-    _target_: str = MISSING
-    name: str = MISSING
-    targets: list[Any] | None = None  # class names or fractions; null = the dataset's standard targets
-    batch_size: int = 64  # the reference's unlearning batch size: 64 targeted, 128 random sample
+class Task:
+    """What kind of experiment the dataset poses, and the function that runs one job of it."""
+
+    name: str = "image_classification"
+    runner: str = "unlearnbench.job.execute"
 
 
 @dataclass
@@ -120,9 +120,10 @@ class Study:
 
 @dataclass
 class Config:
+    task: Task = field(default_factory=Task)  # set by the datasets of other tasks (ranking: `experiment=foltr`)
     dataset: Any = MISSING
     model: Any = MISSING
-    scenario: Scenario = MISSING
+    scenario: Any = MISSING
     strategy: Strategy = MISSING
     precision: Precision = MISSING
     seeds: Seeds = field(default_factory=Seeds)

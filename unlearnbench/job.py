@@ -31,9 +31,9 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from unlearnbench import __version__
-from unlearnbench.components import build, target_of
+from unlearnbench.components import build, locate, target_of
 from unlearnbench.data.base import full_pool
-from unlearnbench.data.scenarios import Splits
+from unlearnbench.data.scenarios import Scenario, Splits
 from unlearnbench.data.transforms import Normalizer
 from unlearnbench.errors import UserError
 from unlearnbench.methods.base import Method, UnlearningTask
@@ -93,6 +93,9 @@ class Workbench:
         with outcome.timed("load_data"):
             self.data = build(plan.config["dataset"], "dataset").load().to(fabric.device)
         self.scenario = build(plan.config["scenario"], "scenario")
+        if not isinstance(self.scenario, Scenario):
+            raise UserError(f"scenario {self.scenario.name} is not an image-classification scenario; valid: "
+                            f"full_class, sub_class, random_sample")
         self.targets = self.scenario.targets(self.data)
         self.methods = [build(m, "method") for m in plan.methods]
         self.normalizer = Normalizer(self.data.mean, self.data.std)
@@ -200,8 +203,9 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
     return outcome
 
 
-def registered_methods(cfg: DictConfig) -> list[dict]:
-    """Every method config of `conf/method/` (and of added config dirs), composed with this job's overrides."""
+def registered_methods(task: str) -> list[dict]:
+    """Every method config of `conf/method/` (and of added config dirs) that serves `task`, composed with this job's
+    overrides (and resolved against the rest of its config)."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -213,32 +217,30 @@ def registered_methods(cfg: DictConfig) -> list[dict]:
     for name in loader.get_group_options("method"):
         composed = loader.load_configuration(hydra_cfg.job.config_name, [*overrides, f"+method={name}"],
                                              RunMode.RUN)
-        methods.append(OmegaConf.to_container(composed.method, resolve=True))
+        if target_of(OmegaConf.to_container(composed.method), "method").task == task:
+            methods.append(OmegaConf.to_container(composed.method, resolve=True))
     return methods
 
 
 def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
-    """Resolve the config and choose the methods; fail here, before any work, on a method that does not fit."""
-    config = OmegaConf.to_container(cfg, resolve=True)
-    task = config["dataset"]["task"]
-    scenario = build(config["scenario"], "scenario")
-    if config.get("method") is not None:
-        method = config["method"]
-        served = target_of(method, "method").task
+    """Choose the methods and resolve the config; fail here, before any work, on a method that does not fit."""
+    task = cfg.task.name
+    if cfg.method is not None:  # its task first: another task's method may not even resolve here
+        served = target_of(OmegaConf.to_container(cfg.method), "method").task
         if served != task:
-            raise UserError(f"method {method.get('name')} serves the {served} task, but dataset "
-                            f"{config['dataset']['name']} is a {task} dataset")
-        if not build(method, "method").serves(scenario):
-            raise UserError(f"method {method.get('name')} does not serve scenario {scenario.name}")
-        methods = [method]
-    else:
-        methods = [m for m in registered_methods(cfg) if target_of(m, "method").task == task
-                   and build(m, "method").serves(scenario)]
-    return JobPlan(config, methods, str(folder))
+            raise UserError(f"method {cfg.method.name} serves the {served} task, but dataset {cfg.dataset.name} is "
+                            f"a {task} dataset")
+    config = OmegaConf.to_container(cfg, resolve=True)
+    scenario = build(config["scenario"], "scenario")
+    methods = [config["method"]] if config["method"] is not None else registered_methods(task)
+    unserved = [m["name"] for m in methods if not build(m, "method").serves(scenario)]
+    if config["method"] is not None and unserved:
+        raise UserError(f"method {unserved[0]} does not serve scenario {scenario.name}")
+    return JobPlan(config, [m for m in methods if m["name"] not in unserved], str(folder))
 
 
 def job_fields(cfg: DictConfig) -> dict:
-    return {"task": cfg.dataset.task, "dataset": cfg.dataset.name, "model": cfg.model.name,
+    return {"task": cfg.task.name, "dataset": cfg.dataset.name, "model": cfg.model.name,
             "scenario": cfg.scenario.name, "method": cfg.method.name if cfg.method is not None else "all",
             "seed_train": cfg.seeds.train, "seed_unlearn": cfg.seeds.unlearn, "seed_eval": cfg.seeds.eval,
             "strategy": cfg.strategy.name, "precision": cfg.precision.name,
@@ -282,7 +284,7 @@ def run_job(cfg: DictConfig) -> dict:
     try:
         plan = plan_job(cfg, folder)
         fabric = make_fabric(cfg.strategy, cfg.precision, cfg.runtime.accelerator)
-        outcome = fabric.launch(execute, plan)
+        outcome = fabric.launch(locate(cfg.task.runner), plan)
         if not fabric.is_global_zero:  # under SLURM every task runs the job: rank 0 alone writes
             return {}
     except UserError as error:

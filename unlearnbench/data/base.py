@@ -124,16 +124,13 @@ class ImageSource(ABC):
     Loaders never download: missing files raise a `UserError` that says which files, where, and where to get them.
     """
 
-    task = "image_classification"
-
-    def __init__(self, name: str, mean: Sequence[float], std: Sequence[float], task: str = "image_classification",
-                 targets: dict | None = None, root: str | None = None, model_width: int | None = None) -> None:
+    def __init__(self, name: str, mean: Sequence[float], std: Sequence[float], targets: dict | None = None,
+                 root: str | None = None, model_width: int | None = None) -> None:
         """`targets`: the standard targets per scenario; `model_width`: the ResNet width this dataset defaults to
         (read by the model config, not by the loader)."""
         self.name = name
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
-        self.task = task
         self.targets = {k: list(v) for k, v in (targets or {}).items()}
         self.root = Path(root) if root is not None else Path.cwd()
 

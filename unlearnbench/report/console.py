@@ -1,4 +1,8 @@
-"""The table a job prints: the main metrics per method, one section per target (no torch needed)."""
+"""The table a job prints: the main metrics per method, one section per target (no torch needed).
+
+Columns without a value in the job (e.g. accuracies in the ranking task) are left out; a metric recorded per round
+shows its last round.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,9 @@ COLUMNS = [  # (header, metric, split)
     ("act.dist D_f", "activation_distance", "forget_train"),
     ("JS D_f", "js_divergence", "forget_train"),
     ("layer dist", "layer_distance", None),
+    ("NDCG@10 (last round)", "ndcg@10", None),
+    ("online NDCG", "online_ndcg", None),
+    ("‖w_T − w‖", "weight_distance", None),
     ("time s", "time_s", None),
 ]
 
@@ -24,19 +31,28 @@ def fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}" if abs(value) < 1000 else f"{value:.3g}"
 
 
+def table_rows(records: list[dict]) -> dict[str, dict]:
+    """Row name → {(metric, split): value}, keeping the value of the latest round of per-round metrics."""
+    values: dict[str, dict] = {}
+    latest: dict[tuple, int] = {}
+    for r in records:
+        key, round_ = (row_name(r), r["metric"], r["split"]), r.get("round")
+        if round_ is None or round_ >= latest.get(key, -1):
+            values.setdefault(key[0], {})[key[1:]] = r["value"]
+            latest[key] = -1 if round_ is None else round_
+    return values
+
+
 def job_table(result: dict) -> str:
     """Plain-text table per target: rows original, retrained, then every method."""
     job = result["job"]
     lines = [f"{job['dataset']} · {job['model']} · {job['scenario']} · seeds train {job['seed_train']} "
              f"unlearn {job['seed_unlearn']} eval {job['seed_eval']}"]
-    targets = list(dict.fromkeys(r["target"] for r in result["records"]))
-    for target in targets:
-        values: dict[str, dict] = {}
-        for r in result["records"]:
-            if r["target"] == target:
-                values.setdefault(row_name(r), {})[r["metric"], r["split"]] = r["value"]
-        header = ["target " + target, *(c[0] for c in COLUMNS)]
-        rows = [[name, *(fmt(v.get((metric, split))) for _, metric, split in COLUMNS)] for name, v in values.items()]
+    for target in dict.fromkeys(r["target"] for r in result["records"]):
+        values = table_rows([r for r in result["records"] if r["target"] == target])
+        columns = [c for c in COLUMNS if any(v.get(c[1:]) is not None for v in values.values())]
+        header = ["target " + target, *(c[0] for c in columns)]
+        rows = [[name, *(fmt(v.get((metric, split))) for _, metric, split in columns)] for name, v in values.items()]
         widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=False)]
         lines.append("")
         for i, row in enumerate([header, *rows]):

@@ -21,6 +21,7 @@ import torch
 
 log = logging.getLogger(__name__)
 GIB = 1024**3
+MIN_CPU_INTERVAL_S = 0.1
 
 
 @dataclass
@@ -116,16 +117,20 @@ class CostMonitor:
                         cost.notes.append("utilisation_pct: NVML gave no sample for this process during the call")
             else:
                 cost.memory_gib = (peak_rss[0] - rss_before) / GIB
-                cost.utilisation_pct = self.cpu_utilisation(cpu_before, cost.time_s)
+                cost.utilisation_pct = self.cpu_utilisation(cpu_before, cost.time_s, cost)
             for note in cost.notes:
                 log.info("cost not measured: %s", note)
 
-    def cpu_utilisation(self, before, elapsed: float) -> float | None:
-        """CPU time of the process over the call as a percentage of the cores it may use."""
+    def cpu_utilisation(self, before, elapsed: float, cost: Cost) -> float | None:
+        """CPU time of the process over the call as a percentage of the cores it may use; None for a call too
+        short for the CPU-time clock (it ticks in 10 ms steps on Linux)."""
+        if elapsed < MIN_CPU_INTERVAL_S:
+            cost.notes.append(f"utilisation_pct: the call took {elapsed * 1000:.1f} ms, too short for CPU time")
+            return None
         after = self.process.cpu_times()
         busy = (after.user - before.user) + (after.system - before.system)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        return 100.0 * busy / (elapsed * cores) if elapsed > 0 else None
+        return 100.0 * busy / (elapsed * cores)
 
     def open_nvml(self, cost: Cost) -> NvmlUtilisation | None:
         try:

@@ -1,0 +1,174 @@
+"""LETOR data for federated online learning to rank: MQ2007 folds and a seeded synthetic stand-in, in one format.
+
+Lines read `REL qid:QID 1:v 2:v … 46:v #docid = … inc = … prob = …`, grouped by query. A query set is held padded
+to its longest query, so scoring and NDCG run over all queries at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from unlearnbench.errors import UserError
+
+FEATURES = 46
+
+
+@dataclass(frozen=True)
+class Queries:
+    """A query set: features (Q × D × F, zero-padded), labels (Q × D, −1 = padding), document counts (Q)."""
+
+    features: np.ndarray
+    labels: np.ndarray
+    sizes: np.ndarray
+    qids: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def valid(self) -> np.ndarray:
+        """Q × D mask of real documents."""
+        return self.labels >= 0
+
+
+def group(features: np.ndarray, labels: np.ndarray, qids: np.ndarray) -> Queries:
+    """Rows grouped into queries in order of first appearance (a document's id is its row within its query)."""
+    unique, first, inverse, sizes = np.unique(qids, return_index=True, return_inverse=True, return_counts=True)
+    rank = np.empty(len(unique), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(unique))  # query order: order of first appearance
+    query = rank[inverse]
+    rows = np.argsort(query, kind="stable")  # rows of query 0, then of query 1, … each in file order
+    offsets = np.concatenate([[0], np.cumsum(sizes[np.argsort(first, kind="stable")])])
+    position = np.arange(len(rows)) - offsets[query[rows]]
+    width = int(sizes.max()) if len(sizes) else 0
+    padded = np.zeros((len(unique), width, features.shape[1]))
+    padded_labels = np.full((len(unique), width), -1, dtype=np.int64)
+    padded[query[rows], position] = features[rows]
+    padded_labels[query[rows], position] = labels[rows]
+    return Queries(padded, padded_labels, np.diff(offsets), unique[np.argsort(first, kind="stable")])
+
+
+def read_letor(path: Path, features: int = FEATURES) -> Queries:
+    """A LETOR text file (svmlight with `qid:` and a `#` comment tail)."""
+    from sklearn.datasets import load_svmlight_file
+
+    matrix, labels, qids = load_svmlight_file(str(path), n_features=features, query_id=True)
+    return group(matrix.toarray(), labels.astype(np.int64), qids)
+
+
+def format_letor(queries: Queries) -> str:
+    lines = []
+    for q in range(len(queries)):
+        for d in range(queries.sizes[q]):
+            values = " ".join(f"{j + 1}:{v:.6f}" for j, v in enumerate(queries.features[q, d]))
+            lines.append(f"{queries.labels[q, d]} qid:{queries.qids[q]} {values} #docid = GX{q:04d}-{d:03d} "
+                         f"inc = 1 prob = 0.5")
+    return "\n".join(lines) + "\n"
+
+
+def write_letor(path: Path, queries: Queries) -> None:
+    """Write whole or not at all (temporary file, then an atomic rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(format_letor(queries))
+    os.replace(temporary, path)
+
+
+@dataclass(frozen=True)
+class LetorData:
+    name: str
+    train: Queries
+    test: Queries
+
+    @property
+    def features(self) -> int:
+        return self.train.features.shape[2]
+
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256(self.name.encode())
+        for queries in (self.train, self.test):
+            for array in (queries.features, queries.labels, queries.qids):
+                digest.update(np.ascontiguousarray(array).tobytes())
+        return digest.hexdigest()
+
+
+class LetorSource:
+    """A dataset component of the ranking task: its config holds the constructor's arguments, `load()` the data."""
+
+    def __init__(self, name: str, root: str) -> None:
+        self.name = name
+        self.root = Path(root)
+
+
+class Mq2007(LetorSource):
+    """LETOR 4.0 MQ2007: `ROOT/MQ2007/Fold{k}/{train,test}.txt` (vali.txt unused); features already min–max
+    normalised per query."""
+
+    def __init__(self, fold: int = 1, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if fold not in range(1, 6):
+            raise UserError(f"dataset {self.name}: fold {fold} does not exist; valid folds: 1, 2, 3, 4, 5")
+        self.fold = fold
+
+    def load(self) -> LetorData:
+        folder = self.root / "MQ2007" / f"Fold{self.fold}"
+        missing = [f for f in (folder / "train.txt", folder / "test.txt") if not f.is_file()]
+        if missing:
+            raise UserError(f"dataset {self.name}: missing {missing[0]}; get MQ2007.rar (LETOR 4.0) from Microsoft "
+                            f"Research and unpack it so that {self.root}/MQ2007/Fold1..5 exist (or set "
+                            f"dataset.root); nothing is downloaded at run time")
+        return LetorData(self.name, read_letor(folder / "train.txt"), read_letor(folder / "test.txt"))
+
+
+def synthetic_queries(rng: np.random.Generator, count: int, weights: np.ndarray, zero_columns: np.ndarray,
+                      first_qid: int) -> Queries:
+    """Queries of the synthetic LETOR data (spec/foltr.md): lognormal document counts, uniform features with some
+    columns zeroed, graded relevance from a hidden linear model, about 15% of queries without a relevant document,
+    per-query min–max normalisation."""
+    sizes = np.clip(rng.lognormal(3.5, 0.5, count), 6, 147).astype(np.int64)
+    width, features = int(sizes.max()), len(weights)
+    padded = np.zeros((count, width, features))
+    labels = np.full((count, width), -1, dtype=np.int64)
+    for q, n in enumerate(sizes):
+        x = rng.uniform(0, 1, (n, features))
+        x[:, zero_columns] = 0
+        z = x @ weights + rng.normal(0, 1, n)
+        relevance = (z > np.quantile(z, 0.74)).astype(np.int64) + (z > np.quantile(z, 0.93))
+        if rng.uniform() < 0.15:
+            relevance[:] = 0
+        low, high = x.min(0), x.max(0)
+        padded[q, :n] = np.where(high > low, (x - low) / np.where(high > low, high - low, 1), 0)
+        labels[q, :n] = relevance
+    return Queries(np.round(padded, 6), labels, sizes, np.arange(first_qid, first_qid + count))
+
+
+class SyntheticLetor(LetorSource):
+    """Seeded synthetic LETOR data of MQ2007's shape, written once as `ROOT/seed<k>/Fold1/{train,test}.txt` in the
+    exact LETOR format and read back by the same loader as MQ2007 (so the format is exercised end to end)."""
+
+    def __init__(self, seed: int = 0, train_queries: int = 1017, test_queries: int = 339, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.seed, self.train_queries, self.test_queries = seed, train_queries, test_queries
+
+    def folder(self) -> Path:
+        return self.root / f"seed{self.seed}_q{self.train_queries}-{self.test_queries}" / "Fold1"
+
+    def generate(self, folder: Path) -> None:
+        rng = np.random.default_rng(np.random.SeedSequence([0x1E70, self.seed]))
+        weights = rng.normal(0, 1, FEATURES) * (rng.uniform(0, 1, FEATURES) < 0.4)
+        zero_columns = np.flatnonzero(rng.uniform(0, 1, FEATURES) < 0.1)
+        train = synthetic_queries(rng, self.train_queries, weights, zero_columns, first_qid=1)
+        test = synthetic_queries(rng, self.test_queries, weights, zero_columns, first_qid=self.train_queries + 1)
+        write_letor(folder / "test.txt", test)
+        write_letor(folder / "train.txt", train)  # written last: its presence means the fold is complete
+
+    def load(self) -> LetorData:
+        folder = self.folder()
+        if not (folder / "train.txt").is_file():
+            self.generate(folder)
+        return LetorData(self.name, read_letor(folder / "train.txt"), read_letor(folder / "test.txt"))

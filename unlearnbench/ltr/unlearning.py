@@ -1,0 +1,62 @@
+"""The interface of the ranking task's unlearning methods: `unlearn(trained, task)` runs the unlearning rounds.
+
+Every method starts from the trained federation (final model, stored global and local models, partitions, query
+pointers) and returns the global model after each unlearning round. Every stream it uses after training is
+re-seeded from the unlearning seed (spec/foltr.md, "Seeds").
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from unlearnbench.ltr.data import LetorData
+from unlearnbench.ltr.federation import (
+    ModelPoisoning,
+    QueryCursor,
+    Rounds,
+    Simulator,
+    TrainedFederation,
+    client_streams,
+    initial_weights,
+)
+from unlearnbench.methods.base import Method
+
+
+@dataclass
+class FederatedTask:
+    data: LetorData
+    scenario: ModelPoisoning
+    simulator: Simulator
+    seed_train: int
+    seed_unlearn: int
+
+    @property
+    def rounds(self) -> int:
+        return self.scenario.unlearning_rounds
+
+    def client_streams(self) -> list[np.random.Generator]:
+        """Each client's stream after training: SeedSequence([seed_train, seed_unlearn, k]) (clicks, list
+        sampling, attack noise, query draws)."""
+        return client_streams(self.scenario.clients, 0xF2, self.seed_train, self.seed_unlearn)
+
+    def rng(self, purpose: int) -> np.random.Generator:
+        """A stream of the unlearning phase that belongs to no client (e.g. retraining's w0)."""
+        return np.random.default_rng(np.random.SeedSequence([0xF3, purpose, self.seed_train, self.seed_unlearn]))
+
+    def fresh_weights(self) -> np.ndarray:
+        return initial_weights(self.data.features, self.rng(0))
+
+    def continuing_cursor(self, trained: TrainedFederation) -> QueryCursor:
+        """The clients' partitions with the query pointers where training left them."""
+        return QueryCursor(trained.partitions, trained.pointers)
+
+
+class FederatedMethod(Method):
+    task = "ltr"
+
+    @abstractmethod
+    def unlearn(self, trained: TrainedFederation, task: FederatedTask) -> Rounds:
+        """The global model after each of the `task.rounds` unlearning rounds (and each round's online NDCG)."""

@@ -1,0 +1,21 @@
+"""Federated `original` baseline: every client keeps training after round T, the malicious ones still poisoning.
+
+The curve an unlearning method must beat from below: what happens when nothing is done (spec/foltr.md).
+"""
+
+from __future__ import annotations
+
+from unlearnbench.ltr.federation import Rounds, TrainedFederation, run_rounds
+from unlearnbench.ltr.unlearning import FederatedMethod, FederatedTask
+
+
+class FedOriginal(FederatedMethod):
+    def __init__(self, name: str, interactions_per_round: int = 5) -> None:
+        super().__init__(name)
+        self.interactions_per_round = interactions_per_round
+
+    def unlearn(self, trained: TrainedFederation, task: FederatedTask) -> Rounds:
+        cursor = task.continuing_cursor(trained)
+        everyone = list(range(task.scenario.clients))
+        return run_rounds(task.simulator, trained.final, lambda c: cursor.take(c, self.interactions_per_round),
+                          everyone, task.client_streams(), task.scenario.behaviours(), task.rounds)

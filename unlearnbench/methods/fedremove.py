@@ -1,0 +1,22 @@
+"""FedRemove: replay training without the malicious clients' updates, with no new interaction.
+
+Unlearning round i sets the global model to the mean of the retained clients' stored local models of training
+round i. Deterministic given training (zero variance across unlearning seeds), and it stays poisoned: the retained
+clients' local models were trained from poisoned global models.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from unlearnbench.ltr.federation import Rounds, TrainedFederation
+from unlearnbench.ltr.unlearning import FederatedMethod, FederatedTask
+
+
+class FedRemove(FederatedMethod):
+    deterministic = True
+
+    def unlearn(self, trained: TrainedFederation, task: FederatedTask) -> Rounds:
+        stored = trained.locals[:, task.scenario.retained].mean(1)  # T × F
+        rounds = [stored[min(i, len(stored) - 1)] for i in range(task.rounds)]  # past T: the last one
+        return Rounds(rounds, [np.nan] * task.rounds)
