@@ -74,6 +74,25 @@ class Outcome:
         finally:
             self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - start
 
+    @classmethod
+    def begin(cls) -> Outcome:
+        """An outcome whose first timing is the start-up: from the process start (or the previous job's end)."""
+        outcome = cls()
+        outcome.timings["startup"] = time.time() - max(idle_since, psutil.Process().create_time())
+        return outcome
+
+    @contextmanager
+    def capture(self) -> Iterator[None]:
+        """Record an error instead of raising it (a job never raises: the sweep's report must still be built);
+        a `UserError` is the whole message, anything else also keeps its traceback for the job log."""
+        try:
+            yield
+        except UserError as error:
+            self.error = str(error)
+        except Exception as error:
+            self.error = f"{type(error).__name__}: {error}"
+            self.trace = traceback.format_exc()
+
     def add(self, target: str, method: str | None, role: str, scores: dict) -> None:
         for (metric, split), value in scores.items():
             self.records.append({"target": target, "method": method, "role": role, "metric": metric,
@@ -170,12 +189,11 @@ class Workbench:
 
 def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
     """The job's work, run by every rank; rank 0's outcome is the job's. Errors are caught and reported."""
-    outcome = Outcome()
-    outcome.timings["startup"] = time.time() - max(idle_since, psutil.Process().create_time())
+    outcome = Outcome.begin()
     runtime = plan.config["runtime"]
     configure_determinism(runtime["deterministic"], runtime["threads"], runtime["matmul_precision"])
     quiet_known_warnings()
-    try:
+    with outcome.capture():
         bench = Workbench(fabric, plan, outcome)
         original = bench.original()
         out_o = bench.reference_outputs(original.module, "original")
@@ -195,11 +213,6 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                     scores_u = scorer.model_scores(out_u)
                     comparison_u = scorer.comparison_scores(out_u, scores_u, out_r, scores_r)
                 outcome.add(target, method.name, "unlearned", scores_u | comparison_u | cost_scores(cost))
-    except UserError as error:
-        outcome.error = str(error)
-    except Exception as error:
-        outcome.error = f"{type(error).__name__}: {error}"
-        outcome.trace = traceback.format_exc()
     return outcome
 
 
@@ -281,16 +294,13 @@ def run_job(cfg: DictConfig) -> dict:
         log.info("%s: already complete, skipped", folder.name)
         return json.loads(path.read_text())
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    try:
+    outcome = failure = Outcome()  # what the job reports if planning or launching fails
+    with failure.capture():
         plan = plan_job(cfg, folder)
         fabric = make_fabric(cfg.strategy, cfg.precision, cfg.runtime.accelerator)
         outcome = fabric.launch(locate(cfg.task.runner), plan)
         if not fabric.is_global_zero:  # under SLURM every task runs the job: rank 0 alone writes
             return {}
-    except UserError as error:
-        outcome = Outcome(error=str(error))
-    except Exception as error:
-        outcome = Outcome(error=f"{type(error).__name__}: {error}", trace=traceback.format_exc())
     if outcome.trace:
         log.error("%s failed:\n%s", folder.name, outcome.trace)
     result = {"schema": SCHEMA, "status": "failed" if outcome.error else "complete", "error": outcome.error,

@@ -11,17 +11,15 @@
 from __future__ import annotations
 
 import time
-import traceback
 
 import numpy as np
-import psutil
 import torch
 from lightning_fabric import Fabric
 
 from unlearnbench import __version__
 from unlearnbench.components import build
 from unlearnbench.errors import UserError
-from unlearnbench.job import JobPlan, Outcome, cost_scores, idle_since
+from unlearnbench.job import JobPlan, Outcome, cost_scores
 from unlearnbench.ltr.data import LetorData
 from unlearnbench.ltr.federation import ModelPoisoning, Simulator, TrainedFederation, train_federation
 from unlearnbench.ltr.pdgd import Ndcg, click_model
@@ -69,10 +67,9 @@ def curve(outcome: Outcome, target: str, method: str | None, role: str, values: 
 
 def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
     """The job's work (one process: NumPy, no accelerator); errors are caught and reported."""
-    outcome = Outcome()
-    outcome.timings["startup"] = time.time() - max(idle_since, psutil.Process().create_time())
+    outcome = Outcome.begin()
     config, seeds = plan.config, plan.config["seeds"]
-    try:
+    with outcome.capture():
         with outcome.timed("load_data"):
             data = build(config["dataset"], "dataset").load()
         scenario = build(config["scenario"], "scenario")
@@ -103,9 +100,4 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                         {("online_ndcg", None): discounted(rounds.online),
                          ("weight_distance", None): float(np.linalg.norm(trained.final - final)),
                          **cost_scores(method.cost(cost, task))})
-    except UserError as error:
-        outcome.error = str(error)
-    except Exception as error:
-        outcome.error = f"{type(error).__name__}: {error}"
-        outcome.trace = traceback.format_exc()
     return outcome
