@@ -277,8 +277,10 @@ def test_real_sweep_report_files_and_statistics(real):
     assert (retrained["sigma_u2"] > 0).any()
     wasserstein = pd.read_csv(report / "wasserstein.csv")
     assert set(wasserstein[wasserstein["role"] == "unlearned"]["method"]) == {"ssd", "finetune"}
-    assert set(wasserstein["I"]) == {3} and set(wasserstein["designs_A"]) == {3}
-    assert len(pd.read_csv(report / "wasserstein_by_seed.csv")) == 3 * len(wasserstein)
+    complete = wasserstein[~wasserstein["metric"].isin(["time_s", "memory_gib", "utilisation_pct"])]
+    assert set(complete["I"]) == {3} and set(complete["designs_A"]) == {3}  # (costs may be null: see above)
+    by_seed = pd.read_csv(report / "wasserstein_by_seed.csv")
+    assert len(by_seed) == wasserstein["designs_A"].sum() and len(by_seed) >= 3 * len(complete)
     summary = pd.read_csv(report / "summary.csv")
     acc = summary[(summary["method"] == "finetune") & (summary["metric"] == "acc")
                   & (summary["split"] == "retain_test")].iloc[0]
