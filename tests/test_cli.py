@@ -92,6 +92,7 @@ def test_report_command_collects_every_record(sweep):
     (["+method=nope"], "Could not find 'method/nope'"),
     (["seeds.trian=1"], "Key 'trian' not in 'Seeds'"),
     (["precision=16-mixed"], "needs a CUDA GPU"),
+    (["+method=[ssd,finetune]"], "would merge several method configs into one job; use +method=ssd,finetune"),
 ])
 def test_bad_input_fails_with_one_clear_message_and_no_traceback(tmp_path, args, message):
     run = run_cli([*args, "model.width=4", "train.epochs=1"], tmp_path)

@@ -280,6 +280,27 @@ def test_foltr_sweep_over_training_seeds_reports_trajectories_for_every_method(t
     figures = list((tmp_path / "sweep" / "report" / "figures").glob("trajectory_*.png"))
     assert figures and all(f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in figures)
     assert "fed_finetune" in run.stdout and "NDCG@10" in run.stdout  # the job's own table
+    report = (tmp_path / "sweep" / "report" / "report.md").read_text()
+    header = next(line for line in report.splitlines() if line.startswith("|  |"))
+    assert [c.strip() for c in header.split("|")[2:6]] == ["NDCG@10", "online NDCG", "‖w_T − w‖", "time s"]
+    retrain_row = next(line for line in report.splitlines() if line.startswith("| fed_retrain |"))
+    assert "**" not in retrain_row  # the gold standard is the reference, never the best
+    ndcg_cells = [line.split("|")[2] for line in report.splitlines() if line.startswith("| fed")]
+    assert sum("**" in cell for cell in ndcg_cells) >= 1  # closest to fed_retrain's NDCG@10 is marked
+
+
+def test_foltr_seed_grid_separates_training_and_unlearning_seed_variance(tmp_path):
+    run = run_cli([*FAST, "+method=fedremove,fed_finetune", "seeds.train=range(2)", "seeds.unlearn=range(2)"],
+                  tmp_path)
+    assert run.returncode == 0, run.stderr
+    report = tmp_path / "sweep" / "report"
+    variance = pd.read_csv(report / "seed_variance.csv").set_index(["method", "metric"])
+    assert variance.loc[("fedremove", "ndcg@10"), "sigma_u2"] == 0.0  # deterministic: the unlearning seed is unused
+    assert variance.loc[("fedremove", "ndcg@10"), "sigma_t2"] > 0.0
+    assert variance.loc[("fed_finetune", "ndcg@10"), "sigma_u2"] > 0.0  # its clicks are drawn from the unlearning seed
+    figures = {f.name for f in (report / "figures").glob("*.png")}
+    assert "designs_synthetic_letor_linear_ranker_model_poisoning_ndcg-10.png" in figures
+    assert "variance_synthetic_letor_linear_ranker_model_poisoning.png" in figures
 
 
 @pytest.mark.parametrize(("args", "message"), [

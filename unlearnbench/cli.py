@@ -13,8 +13,30 @@ MODE_ARGUMENTS = ("-m", "--multirun", "--cfg", "-c", "--help", "-h", "--hydra-he
                   "--shell-completion", "--run", "-r")
 
 
+GROUPS = ("dataset", "model", "method", "scenario", "strategy", "precision", "experiment", "seeds", "paths")
+
+
 def wants_own_mode(arguments: list[str]) -> bool:
     return any(a in MODE_ARGUMENTS or a.startswith(("--cfg=", "--info=", "hydra.mode=")) for a in arguments)
+
+
+def merged_group_choice(arguments: list[str]) -> str | None:
+    """The message for `group=[a,b]`: Hydra would merge the configs into one (the last one winning, silently)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    for argument in arguments:
+        if argument.startswith("-"):
+            continue
+        try:
+            override = OverridesParser.create().parse_override(argument)
+        except HydraException:
+            continue  # Hydra reports it
+        if override.key_or_group in GROUPS and isinstance(override.value(), list):
+            sweep = f"{argument.split('=', 1)[0]}={','.join(map(str, override.value()))}"
+            return (f"unlearnbench: {argument} would merge several {override.key_or_group} configs into one job; "
+                    f"use {sweep} to sweep them, one job each")
+    return None
 
 
 @hydra.main(version_base="1.3", config_path="pkg://unlearnbench.conf", config_name="config")
@@ -26,6 +48,9 @@ def hydra_job(cfg: DictConfig) -> None:
 
 def main() -> None:
     """`unlearnbench [overrides]`: one job per seed combination; exits non-zero if any job failed."""
+    message = merged_group_choice(sys.argv[1:])
+    if message:
+        sys.exit(message)
     if not wants_own_mode(sys.argv[1:]):
         sys.argv.insert(1, "--multirun")
     hydra_job()

@@ -30,7 +30,7 @@ OPTIONAL_CONFIG = ["strategy", "precision", "devices"]  # columns of the groups 
 ROW = ["target", "role", "method", "metric", "split"]
 SEEDS = ["seed_train", "seed_unlearn", "seed_eval"]
 ROLE_ORDER = {"original": 0, "retrained": 1, "unlearned": 2}
-GOLD_STANDARD = "retrain"  # M_u = M_r by construction: never marked best
+GOLD_STANDARDS = {"retrain", "fed_retrain"}  # M_u = M_r by construction: never marked best, the reference instead
 
 # (header, metric, split): the report's main table, figures and short tables, in this order.
 MAIN = [
@@ -44,6 +44,9 @@ MAIN = [
     ("JS D_f", "js_divergence", "forget_train"),
     ("layer dist", "layer_distance", ""),
     ("tow", "tow", ""),
+    ("NDCG@10", "ndcg@10", ""),
+    ("online NDCG", "online_ndcg", ""),
+    ("‖w_T − w‖", "weight_distance", ""),
     ("time s", "time_s", ""),
 ]
 SPLIT_NAMES = {"forget_train": "D_f", "retain_train": "D_r", "forget_test": "D'_f", "retain_test": "D'_r", "": ""}
@@ -61,14 +64,14 @@ def label(metric: str, split: str) -> str:
 def ideal(metric: str) -> float | str | None:
     """What the best value of a metric is: a number (closest wins), "retrained" (closest to M_r's mean wins), or
     None (no best: not marked). Deltas and distances: 0; completeness and tow: 1; mia_loss: 0.5 (spec/metrics.md);
-    cost: 0 (lowest); acc, loss and mia of M_u: closest to the retrained model."""
+    cost: 0 (lowest); acc, loss and mia of M_u and the ranking task's NDCG: closest to the retrained model."""
     if metric.startswith("delta_") or metric in DISTANCES or metric in ("time_s", "memory_gib"):
         return 0.0
     if metric in ("completeness", "tow"):
         return 1.0
     if metric == "mia_loss":
         return 0.5
-    if metric in ("acc", "loss", "mia"):
+    if metric in ("acc", "loss", "mia", "ndcg@10", "online_ndcg"):
         return "retrained"
     return None
 

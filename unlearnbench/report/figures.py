@@ -35,7 +35,8 @@ from matplotlib.patches import Patch
 from unlearnbench.report.analysis import Study, label
 
 FIGURE_METRICS = [("acc", "forget_test"), ("acc", "retain_test"), ("delta_acc", "forget_test"),
-                  ("delta_mia", "forget_train"), ("activation_distance", "forget_train"), ("layer_distance", "")]
+                  ("delta_mia", "forget_train"), ("activation_distance", "forget_train"), ("layer_distance", ""),
+                  ("ndcg@10", "")]  # the ranking task: its last round
 MAX_PANELS = 6
 DPI = 90
 COLOURS = {"A": "#4C72B0", "B": "#DD8452"}
@@ -207,7 +208,7 @@ def trajectories(study: Study, folder: Path) -> list[Path]:
                 axis.set_xlabel("round", fontsize=8)
                 axis.set_ylabel(metric, fontsize=8)
                 axis.set_title(f"target {target}", fontsize=9)
-                axis.legend(fontsize=7, loc="upper right")
+            figure.legend(*axes[0].get_legend_handles_labels(), loc="outside right center", fontsize=8, frameon=False)
             figure.suptitle(f"{' · '.join(map(str, ident))}: {label(metric, split)} per round, mean ± std across "
                             "seeds", fontsize=10)
             name = f"trajectory_{slug('_'.join(map(str, ident)))}_{slug(metric)}{'_' + slug(split) if split else ''}"

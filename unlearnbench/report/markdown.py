@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from unlearnbench.report.analysis import GOLD_STANDARD, MAIN, Study, ideal, label
+from unlearnbench.report.analysis import GOLD_STANDARDS, MAIN, Study, ideal, label
 
 MAX_ERROR_LINES = 20
-BEST_RULE = ("**Bold**: the best method per column, among the unlearning methods other than `retrain` (which is "
-             "M_r itself): closest to 0 for deltas, distances and cost, to 1 for completeness and tow, to 0.5 for "
-             "`mia_loss`, and to the retrained model's mean for acc, loss and MIA.")
+BEST_RULE = ("**Bold**: the best method per column, among the unlearning methods other than `retrain` and "
+             "`fed_retrain` (M_r itself): closest to 0 for deltas, distances and cost, to 1 for completeness and tow, "
+             "to 0.5 for `mia_loss`, and to the retrained model's mean for acc, loss, MIA and NDCG.")
 
 
 def fmt(value: float | None) -> str:
@@ -43,17 +43,20 @@ def row_name(role: str, method: str) -> str:
 
 
 def best_methods(table: pd.DataFrame, metric: str, split: str) -> set[str]:
-    """The unlearning methods (not `retrain`) whose mean is closest to the metric's ideal (ties: all of them)."""
+    """The unlearning methods (not the retrained gold standard) whose mean is closest to the metric's ideal (ties: all
+    of them). The retrained reference is M_r's row, or its method's row where retraining is a method (`fed_retrain`)."""
     goal = ideal(metric)
     if goal is None:
         return set()
     rows = table[(table["metric"] == metric) & (table["split"] == split)]
     if goal == "retrained":
+        gold = (rows["role"] == "unlearned") & rows["method"].isin(GOLD_STANDARDS)
         reference = rows[rows["role"] == "retrained"]["mean"].dropna()
+        reference = reference if not reference.empty else rows[gold]["mean"].dropna()
         if reference.empty:
             return set()
         goal = float(reference.iloc[0])
-    candidates = rows[(rows["role"] == "unlearned") & (rows["method"] != GOLD_STANDARD)].dropna(subset=["mean"])
+    candidates = rows[(rows["role"] == "unlearned") & ~rows["method"].isin(GOLD_STANDARDS)].dropna(subset=["mean"])
     if len(candidates) < 2:
         return set()
     distance = (candidates["mean"] - goal).abs()
