@@ -326,3 +326,19 @@ def test_report_of_an_empty_folder_or_only_failed_jobs(tmp_path):
     assert [job["error"] for job in failed.failed] == ["ValueError: no"]
     assert "## Failed jobs (1)" in (tmp_path / "report" / "report.md").read_text()
     assert pd.read_csv(tmp_path / "report" / "summary.csv").empty
+
+
+def test_job_table_shows_the_main_columns_a_job_has_and_the_last_round():
+    from unlearnbench.report.console import job_table
+
+    job = {"dataset": "synthetic_letor", "model": "linear_ranker", "scenario": "model_poisoning", "seed_train": 0,
+           "seed_unlearn": 0, "seed_eval": 0}
+    records = [{"target": "0,1,2", "method": None, "role": "original", "metric": "ndcg@10", "split": None,
+                "round": r, "value": v} for r, v in ((0, 0.2), (2, 0.1), (1, 0.9))]
+    records += [{"target": "0,1,2", "method": "fedremove", "role": "unlearned", "metric": m, "split": None,
+                 "value": v} for m, v in (("ndcg@10", 0.125), ("time_s", 2.0), ("unlisted", 7.0))]
+    header, rule, original, method = job_table({"job": job, "records": records}).splitlines()[2:]
+    assert header.split() == ["target", "0,1,2", "NDCG@10", "time", "s"]  # no image or unlisted column
+    assert set(rule) == {"-", " "} and len(rule) == len(header)
+    assert original.split() == ["(original)", "0.100", "–"]  # the last round, not the last record
+    assert method.split() == ["fedremove", "0.125", "2.000"]

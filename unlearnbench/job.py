@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import platform
 import time
 import traceback
@@ -36,6 +35,7 @@ from unlearnbench.data.base import full_pool
 from unlearnbench.data.scenarios import Scenario, Splits
 from unlearnbench.data.transforms import Normalizer
 from unlearnbench.errors import UserError
+from unlearnbench.files import write_atomically
 from unlearnbench.methods.base import Method, UnlearningTask
 from unlearnbench.metrics.scoring import Evaluator, Outputs, Scorer
 from unlearnbench.runtime.cache import ModelCache
@@ -268,13 +268,7 @@ def versions() -> dict:
 
 
 def write_json(path: Path, content: dict) -> None:
-    """Write whole or not at all: a temporary file in the same folder, fsync, atomic rename."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w") as f:
-        json.dump(content, f, indent=1, allow_nan=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
+    write_atomically(path, json.dumps(content, indent=1, allow_nan=False))
 
 
 def finished(path: Path) -> bool:

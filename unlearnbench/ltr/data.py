@@ -7,13 +7,13 @@ to its longest query, so scoring and NDCG run over all queries at once.
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from unlearnbench.errors import UserError
+from unlearnbench.files import write_atomically
 
 FEATURES = 46
 
@@ -72,11 +72,8 @@ def format_letor(queries: Queries) -> str:
 
 
 def write_letor(path: Path, queries: Queries) -> None:
-    """Write whole or not at all (temporary file, then an atomic rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(format_letor(queries))
-    os.replace(temporary, path)
+    write_atomically(path, format_letor(queries))
 
 
 @dataclass(frozen=True)

@@ -127,15 +127,20 @@ def dcg_weights(depth: int = DEPTH) -> np.ndarray:
     return 1.0 / np.log2(np.arange(depth) + 2.0)
 
 
+def gain(labels: np.ndarray) -> np.ndarray:
+    """The DCG gain 2^rel − 1 of relevance labels (padding −1 gains 0)."""
+    return 2.0 ** np.clip(labels, 0, None) - 1.0
+
+
 def ideal_dcg(labels: np.ndarray, depth: int = DEPTH) -> np.ndarray:
     """IDCG@depth per query from its sorted labels (padding −1 counts as 0)."""
-    gains = np.sort(2.0 ** np.clip(labels, 0, None) - 1.0, axis=1)[:, ::-1][:, :depth]
+    gains = np.sort(gain(labels), axis=1)[:, ::-1][:, :depth]
     return gains @ dcg_weights(depth)[: gains.shape[1]]
 
 
 def list_dcg(labels: np.ndarray, ranking: np.ndarray, shown: np.ndarray, depth: int = DEPTH) -> np.ndarray:
     """DCG@depth of each displayed list (B)."""
-    gains = np.where(shown, 2.0 ** np.clip(np.take_along_axis(labels, ranking, 1), 0, None) - 1.0, 0.0)
+    gains = np.where(shown, gain(np.take_along_axis(labels, ranking, 1)), 0.0)
     return gains @ dcg_weights(depth)[: gains.shape[1]]
 
 
@@ -179,6 +184,6 @@ class Ndcg:
                 scores = (flat @ block.T).T.reshape(len(block), queries, width)
                 scores = np.where(valid[None], scores, -np.inf).reshape(-1, width)
                 ranked = top_k(scores, k).reshape(len(block), queries, k)
-                gains = 2.0 ** np.clip(labels[np.arange(queries)[None, :, None], ranked], 0, None) - 1.0
+                gains = gain(labels[np.arange(queries)[None, :, None], ranked])
                 total[start:start + chunk] += (gains @ self.discount[:k] / ideal).sum(1)
         return total / self.count

@@ -60,3 +60,12 @@ class FederatedMethod(Method):
     @abstractmethod
     def unlearn(self, trained: TrainedFederation, task: FederatedTask) -> Rounds:
         """The global model after each of the `task.rounds` unlearning rounds (and each round's online NDCG)."""
+
+
+class InteractingMethod(FederatedMethod):
+    """A method whose clients keep interacting after training: `interactions_per_round` queries per client and
+    round (5, the training budget, by default)."""
+
+    def __init__(self, name: str, interactions_per_round: int = 5) -> None:
+        super().__init__(name)
+        self.interactions_per_round = interactions_per_round

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from unlearnbench.data.base import Subset
-from unlearnbench.methods.base import Method, UnlearningTask, refuse_float16, setting
+from unlearnbench.methods.base import Method, UnlearningTask, setting
 from unlearnbench.runtime.train import descend, float_logits
 
 
@@ -63,9 +63,7 @@ class BadTeacher(Method):
         temperature = setting(self.temperature, task)
         incompetent = task.fabric.setup_module(task.random_model(task.rng.torch)).eval()
         competent = task.fabric.setup_module(task.original()).eval()
-        optimizer = torch.optim.Adam(model.parameters(), lr=setting(self.lr, task))
-        student, optimizer = task.fabric.setup(model, optimizer)
-        refuse_float16(student, self.name)
+        student, optimizer = task.adam(model, self.lr, self.name)
         student.train()
         batches = task.batches(data, setting(self.batch_size, task))
         for _ in range(setting(self.epochs, task)):

@@ -52,6 +52,19 @@ class UnlearningTask:
         return Batches(self.fabric, subset, batch_size, self.normalizer, self.rng.torch if shuffle else None,
                        training=training)
 
+    def sgd(self, model: nn.Module, lr: Any, momentum: Any = 0.0,
+            weight_decay: Any = 0.0) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """`model` and SGD on its parameters, set up by Fabric; each hyperparameter resolved by `setting`."""
+        optimizer = torch.optim.SGD(model.parameters(), lr=setting(lr, self), momentum=setting(momentum, self),
+                                    weight_decay=setting(weight_decay, self))
+        return self.fabric.setup(model, optimizer)
+
+    def adam(self, model: nn.Module, lr: Any, method: str) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """`model` and Adam on its parameters, set up by Fabric; a float16 model is refused (`refuse_float16`)."""
+        model, optimizer = self.fabric.setup(model, torch.optim.Adam(model.parameters(), lr=setting(lr, self)))
+        refuse_float16(model, method)
+        return model, optimizer
+
     @property
     def forget_label(self) -> int:
         """The label every forget sample carries in targeted scenarios: the class (full-class) or the super-class

@@ -8,14 +8,10 @@ fastest there; set `method.interactions_per_round=1000` to reproduce it.
 from __future__ import annotations
 
 from unlearnbench.ltr.federation import HONEST, Rounds, TrainedFederation, run_rounds
-from unlearnbench.ltr.unlearning import FederatedMethod, FederatedTask
+from unlearnbench.ltr.unlearning import FederatedTask, InteractingMethod
 
 
-class FedFinetune(FederatedMethod):
-    def __init__(self, name: str, interactions_per_round: int = 5) -> None:
-        super().__init__(name)
-        self.interactions_per_round = interactions_per_round
-
+class FedFinetune(InteractingMethod):
     def unlearn(self, trained: TrainedFederation, task: FederatedTask) -> Rounds:
         cursor = task.continuing_cursor(trained)
         honest = [HONEST] * task.scenario.clients

@@ -12,14 +12,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from unlearnbench.ltr.federation import ASCENDER, HONEST, Rounds, TrainedFederation, run_rounds
-from unlearnbench.ltr.unlearning import FederatedMethod, FederatedTask
+from unlearnbench.ltr.unlearning import FederatedTask, InteractingMethod
 
 
-class FedGradientAscent(FederatedMethod):
-    def __init__(self, name: str, interactions_per_round: int = 5) -> None:
-        super().__init__(name)
-        self.interactions_per_round = interactions_per_round
-
+class FedGradientAscent(InteractingMethod):
     def unlearn(self, trained: TrainedFederation, task: FederatedTask) -> Rounds:
         scenario, count = task.scenario, self.interactions_per_round
         cursor = task.continuing_cursor(trained)

@@ -6,14 +6,10 @@ The curve an unlearning method must beat from below: what happens when nothing i
 from __future__ import annotations
 
 from unlearnbench.ltr.federation import Rounds, TrainedFederation, run_rounds
-from unlearnbench.ltr.unlearning import FederatedMethod, FederatedTask
+from unlearnbench.ltr.unlearning import FederatedTask, InteractingMethod
 
 
-class FedOriginal(FederatedMethod):
-    def __init__(self, name: str, interactions_per_round: int = 5) -> None:
-        super().__init__(name)
-        self.interactions_per_round = interactions_per_round
-
+class FedOriginal(InteractingMethod):
     def unlearn(self, trained: TrainedFederation, task: FederatedTask) -> Rounds:
         cursor = task.continuing_cursor(trained)
         everyone = list(range(task.scenario.clients))

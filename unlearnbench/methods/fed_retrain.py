@@ -6,14 +6,10 @@ The gold standard of the ranking task: what the federation would have learned wi
 from __future__ import annotations
 
 from unlearnbench.ltr.federation import HONEST, QueryCursor, Rounds, TrainedFederation, run_rounds
-from unlearnbench.ltr.unlearning import FederatedMethod, FederatedTask
+from unlearnbench.ltr.unlearning import FederatedTask, InteractingMethod
 
 
-class FedRetrain(FederatedMethod):
-    def __init__(self, name: str, interactions_per_round: int = 5) -> None:
-        super().__init__(name)
-        self.interactions_per_round = interactions_per_round
-
+class FedRetrain(InteractingMethod):
     def unlearn(self, trained: TrainedFederation, task: FederatedTask) -> Rounds:
         cursor = QueryCursor(trained.partitions)  # from the start of every partition, as a new training run
         honest = [HONEST] * task.scenario.clients

@@ -16,13 +16,12 @@ from __future__ import annotations
 import numpy as np
 
 from unlearnbench.ltr.federation import HONEST, QueryCursor, Rounds, TrainedFederation
-from unlearnbench.ltr.unlearning import FederatedMethod, FederatedTask
+from unlearnbench.ltr.unlearning import FederatedTask, InteractingMethod
 
 
-class FedEraser(FederatedMethod):
+class FedEraser(InteractingMethod):
     def __init__(self, name: str, interactions_per_round: int = 5, calibration_interval: int = 5) -> None:
-        super().__init__(name)
-        self.interactions_per_round = interactions_per_round
+        super().__init__(name, interactions_per_round)
         self.calibration_interval = calibration_interval
 
     def unlearn(self, trained: TrainedFederation, task: FederatedTask) -> Rounds:

@@ -5,10 +5,9 @@ Reference: SGD lr 0.02 constant, momentum 0.9, weight decay 5e-4, 5 epochs, trai
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
-from unlearnbench.methods.base import Method, UnlearningTask
+from unlearnbench.methods.base import Method, UnlearningTask, setting
 from unlearnbench.runtime.train import cross_entropy_epochs
 
 
@@ -20,9 +19,7 @@ class FineTune(Method):
         self.batch_size = batch_size
 
     def unlearn(self, model: nn.Module, task: UnlearningTask) -> nn.Module:
-        optimizer = torch.optim.SGD(model.parameters(), lr=self.lr, momentum=self.momentum,
-                                    weight_decay=self.weight_decay)
-        model, optimizer = task.fabric.setup(model, optimizer)
-        batches = task.batches(task.splits.retain_train, self.batch_size)
-        cross_entropy_epochs(task.fabric, model, optimizer, batches, self.epochs)
+        model, optimizer = task.sgd(model, self.lr, self.momentum, self.weight_decay)
+        batches = task.batches(task.splits.retain_train, setting(self.batch_size, task))
+        cross_entropy_epochs(task.fabric, model, optimizer, batches, setting(self.epochs, task))
         return model

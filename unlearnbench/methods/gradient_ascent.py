@@ -10,7 +10,6 @@ because 1e-4 for 5 epochs barely moves a model on small forget sets.
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -26,10 +25,7 @@ class GradientAscent(Method):
         self.batch_size = batch_size
 
     def unlearn(self, model: nn.Module, task: UnlearningTask) -> nn.Module:
-        optimizer = torch.optim.SGD(model.parameters(), lr=setting(self.lr, task),
-                                    momentum=setting(self.momentum, task),
-                                    weight_decay=setting(self.weight_decay, task))
-        model, optimizer = task.fabric.setup(model, optimizer)
+        model, optimizer = task.sgd(model, self.lr, self.momentum, self.weight_decay)
         batches = task.batches(task.splits.forget_train, setting(self.batch_size, task))
         model.train()
         for _ in range(setting(self.epochs, task)):

@@ -36,10 +36,7 @@ class L1Sparse(Method):
         self.alpha, self.batch_size = alpha, batch_size
 
     def unlearn(self, model: nn.Module, task: UnlearningTask) -> nn.Module:
-        optimizer = torch.optim.SGD(model.parameters(), lr=setting(self.lr, task),
-                                    momentum=setting(self.momentum, task),
-                                    weight_decay=setting(self.weight_decay, task))
-        model, optimizer = task.fabric.setup(model, optimizer)
+        model, optimizer = task.sgd(model, self.lr, self.momentum, self.weight_decay)
         batches = task.batches(task.splits.retain_train, setting(self.batch_size, task))
         params = [p for p in model.parameters() if p.requires_grad]
         alpha, epochs, steps_per_epoch = setting(self.alpha, task), setting(self.epochs, task), max(len(batches), 1)

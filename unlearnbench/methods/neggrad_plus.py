@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -57,10 +56,7 @@ class NegGradPlus(Method):
         self.alpha, self.batch_size, self.forget_batch_size = alpha, batch_size, forget_batch_size
 
     def unlearn(self, model: nn.Module, task: UnlearningTask) -> nn.Module:
-        optimizer = torch.optim.SGD(model.parameters(), lr=setting(self.lr, task),
-                                    momentum=setting(self.momentum, task),
-                                    weight_decay=setting(self.weight_decay, task))
-        model, optimizer = task.fabric.setup(model, optimizer)
+        model, optimizer = task.sgd(model, self.lr, self.momentum, self.weight_decay)
         retain = task.batches(task.splits.retain_train, setting(self.batch_size, task))
         forget = endless(task.batches(task.splits.forget_train, setting(self.forget_batch_size, task)))
         alpha = setting(self.alpha, task)

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from unlearnbench.data.base import Subset
-from unlearnbench.methods.base import Method, UnlearningTask, random_other_labels, refuse_float16, setting
+from unlearnbench.methods.base import Method, UnlearningTask, random_other_labels, setting
 from unlearnbench.runtime.train import Batches, cross_entropy_epochs
 
 
@@ -55,9 +55,7 @@ class RandomLabels(Method):
 
     def unlearn(self, model: nn.Module, task: UnlearningTask) -> nn.Module:
         subset, labels = relabelled(task)
-        optimizer = torch.optim.Adam(model.parameters(), lr=setting(self.lr, task))
-        model, optimizer = task.fabric.setup(model, optimizer)
-        refuse_float16(model, self.name)
+        model, optimizer = task.adam(model, self.lr, self.name)
         batches = WithLabels(task.batches(subset, setting(self.batch_size, task)), labels)
         cross_entropy_epochs(task.fabric, model, optimizer, batches, setting(self.epochs, task))
         return model

@@ -67,9 +67,7 @@ class SalUn(Method):
     def unlearn(self, model: nn.Module, task: UnlearningTask) -> nn.Module:
         fabric, splits = task.fabric, task.splits
         batch_size = setting(self.batch_size, task)
-        optimizer = torch.optim.SGD(model.parameters(), lr=setting(self.lr, task),
-                                    momentum=setting(self.momentum, task))  # weight decay: in the loss, masked
-        model, optimizer = fabric.setup(model, optimizer)
+        model, optimizer = task.sgd(model, self.lr, self.momentum)  # weight decay: in the loss, masked
         params = [p for p in model.parameters() if p.requires_grad]
         forget = task.batches(splits.forget_train, batch_size, shuffle=False, training=False)
         mask = saliency_mask(fabric, model, forget, setting(self.mask_fraction, task))

@@ -53,9 +53,7 @@ class Scrub(Method):
 
     def unlearn(self, model: nn.Module, task: UnlearningTask) -> nn.Module:
         lr = setting(self.lr, task)
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=setting(self.momentum, task),
-                                    weight_decay=setting(self.weight_decay, task))
-        student, optimizer = task.fabric.setup(model, optimizer)
+        student, optimizer = task.sgd(model, lr, self.momentum, self.weight_decay)
         teacher = task.fabric.setup_module(task.original())  # frozen: eval mode, only ever run under no_grad
         teacher.eval()
         retain = task.batches(task.splits.retain_train, setting(self.batch_size, task))

@@ -36,7 +36,7 @@ from unlearnbench.data.base import Subset
 from unlearnbench.data.scenarios import Scenario, SubClass
 from unlearnbench.data.transforms import Normalizer, to_unit
 from unlearnbench.errors import UserError
-from unlearnbench.methods.base import Method, UnlearningTask, refuse_float16, setting
+from unlearnbench.methods.base import Method, UnlearningTask, setting
 from unlearnbench.runtime.train import batch_count, batch_positions, cross_entropy_epochs, descend, float_logits
 
 
@@ -143,9 +143,7 @@ class Unsir(Method):
         retain = retain_sample(task, setting(self.retain_per_class, task))
         label = task.forget_label
         noise = self.initial_noise(task)
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-        model, optimizer = fabric.setup(model, optimizer)
-        refuse_float16(model, self.name)
+        model, optimizer = task.adam(model, lr, self.name)
         noise, _ = optimise_noise(fabric, model, noise, label, setting(self.noise_steps, task),
                                   setting(self.noise_lr, task), setting(self.noise_weight, task))
         optimizer.zero_grad(set_to_none=True)  # nothing accumulated during the noise steps; made explicit

@@ -32,23 +32,6 @@ SEEDS = ["seed_train", "seed_unlearn", "seed_eval"]
 ROLE_ORDER = {"original": 0, "retrained": 1, "unlearned": 2}
 GOLD_STANDARDS = {"retrain", "fed_retrain"}  # M_u = M_r by construction: never marked best, the reference instead
 
-# (header, metric, split): the report's main table, figures and short tables, in this order.
-MAIN = [
-    ("acc D'_f", "acc", "forget_test"),
-    ("acc D'_r", "acc", "retain_test"),
-    ("Δacc D'_f", "delta_acc", "forget_test"),
-    ("Δacc D'_r", "delta_acc", "retain_test"),
-    ("Δacc D_f", "delta_acc", "forget_train"),
-    ("ΔMIA", "delta_mia", "forget_train"),
-    ("act.dist D_f", "activation_distance", "forget_train"),
-    ("JS D_f", "js_divergence", "forget_train"),
-    ("layer dist", "layer_distance", ""),
-    ("tow", "tow", ""),
-    ("NDCG@10", "ndcg@10", ""),
-    ("online NDCG", "online_ndcg", ""),
-    ("‖w_T − w‖", "weight_distance", ""),
-    ("time s", "time_s", ""),
-]
 SPLIT_NAMES = {"forget_train": "D_f", "retain_train": "D_r", "forget_test": "D'_f", "retain_test": "D'_r", "": ""}
 METRIC_NAMES = {"delta_acc": "Δacc", "delta_loss": "Δloss", "delta_mia": "ΔMIA", "activation_distance": "act.dist",
                 "js_divergence": "JS", "layer_distance": "layer dist", "time_s": "time s", "memory_gib": "memory GiB",
@@ -74,6 +57,16 @@ def ideal(metric: str) -> float | str | None:
     if metric in ("acc", "loss", "mia", "ndcg@10", "online_ndcg"):
         return "retrained"
     return None
+
+
+def matching(frame: pd.DataFrame, select: dict) -> pd.DataFrame:
+    """The rows of `frame` whose columns hold the values of `select`."""
+    if frame.empty:
+        return frame
+    mask = pd.Series(True, index=frame.index)
+    for column, value in select.items():
+        mask &= frame[column] == value
+    return frame[mask]
 
 
 @dataclass

@@ -6,20 +6,24 @@ shows its last round.
 
 from __future__ import annotations
 
-COLUMNS = [  # (header, metric, split)
+# (header, metric, split): the main metrics, in this order, of a job's table and of the report's short tables and
+# seed-variance and W2 sections; each shows the columns its records have.
+MAIN = [
     ("acc D'_f", "acc", "forget_test"),
     ("acc D'_r", "acc", "retain_test"),
-    ("Δacc D_f", "delta_acc", "forget_train"),
+    ("Δacc D'_f", "delta_acc", "forget_test"),
     ("Δacc D'_r", "delta_acc", "retain_test"),
+    ("Δacc D_f", "delta_acc", "forget_train"),
     ("MIA", "mia", "forget_train"),
     ("ΔMIA", "delta_mia", "forget_train"),
     ("act.dist D_f", "activation_distance", "forget_train"),
     ("JS D_f", "js_divergence", "forget_train"),
-    ("layer dist", "layer_distance", None),
-    ("NDCG@10 (last round)", "ndcg@10", None),
-    ("online NDCG", "online_ndcg", None),
-    ("‖w_T − w‖", "weight_distance", None),
-    ("time s", "time_s", None),
+    ("layer dist", "layer_distance", ""),
+    ("tow", "tow", ""),
+    ("NDCG@10", "ndcg@10", ""),
+    ("online NDCG", "online_ndcg", ""),
+    ("‖w_T − w‖", "weight_distance", ""),
+    ("time s", "time_s", ""),
 ]
 
 
@@ -36,7 +40,7 @@ def table_rows(records: list[dict]) -> dict[str, dict]:
     values: dict[str, dict] = {}
     latest: dict[tuple, int] = {}
     for r in records:
-        key, round_ = (row_name(r), r["metric"], r["split"]), r.get("round")
+        key, round_ = (row_name(r), r["metric"], r["split"] or ""), r.get("round")
         if round_ is None or round_ >= latest.get(key, -1):
             values.setdefault(key[0], {})[key[1:]] = r["value"]
             latest[key] = -1 if round_ is None else round_
@@ -50,7 +54,7 @@ def job_table(result: dict) -> str:
              f"unlearn {job['seed_unlearn']} eval {job['seed_eval']}"]
     for target in dict.fromkeys(r["target"] for r in result["records"]):
         values = table_rows([r for r in result["records"] if r["target"] == target])
-        columns = [c for c in COLUMNS if any(v.get(c[1:]) is not None for v in values.values())]
+        columns = [c for c in MAIN if any(v.get(c[1:]) is not None for v in values.values())]
         header = ["target " + target, *(c[0] for c in columns)]
         rows = [[name, *(fmt(v.get((metric, split))) for _, metric, split in columns)] for name, v in values.items()]
         widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=False)]

@@ -32,7 +32,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from unlearnbench.report.analysis import Study, label
+from unlearnbench.report.analysis import Study, label, matching
 
 FIGURE_METRICS = [("acc", "forget_test"), ("acc", "retain_test"), ("delta_acc", "forget_test"),
                   ("delta_mia", "forget_train"), ("activation_distance", "forget_train"), ("layer_distance", ""),
@@ -134,15 +134,13 @@ def wasserstein(study: Study, folder: Path) -> list[Path]:
         metrics = [(m, s) for m, s in FIGURE_METRICS if ((part["metric"] == m) & (part["split"] == s)).any()]
         if not metrics:
             continue
+        config_rows = matching(summary, dict(zip(study.keys, ident, strict=True)))
         figure, axes = _panels(len(metrics), width=4.0, height=3.2)
         for axis, (metric, split) in zip(axes, metrics, strict=True):
             rows = part[(part["metric"] == metric) & (part["split"] == split)]
             methods = sorted(set(rows["method"]))
             axis.boxplot([rows[rows["method"] == m]["w2"].to_numpy() for m in methods], positions=range(len(methods)),
                          widths=0.5, medianprops={"color": "black"})
-            config_rows = summary
-            for key, value in zip(study.keys, ident, strict=True):
-                config_rows = config_rows[config_rows[key] == value]
             for k, method in enumerate(methods):
                 null = config_rows[(config_rows["method"] == method) & (config_rows["metric"] == metric)
                                    & (config_rows["split"] == split)]["null_95_mean"].mean()

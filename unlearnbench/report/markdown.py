@@ -7,12 +7,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from unlearnbench.report.analysis import GOLD_STANDARDS, MAIN, Study, ideal, label
+from unlearnbench.report.analysis import GOLD_STANDARDS, Study, ideal, label, matching
+from unlearnbench.report.console import MAIN
 
 MAX_ERROR_LINES = 20
 BEST_RULE = ("**Bold**: the best method per column, among the unlearning methods other than `retrain` and "
              "`fed_retrain` (M_r itself): closest to 0 for deltas, distances and cost, to 1 for completeness and tow, "
              "to 0.5 for `mia_loss`, and to the retrained model's mean for acc, loss, MIA and NDCG.")
+VARIANCE_INTRO = ["### Seed variance: training seed (σ_T²) and unlearning seed (σ_U²)", "",
+                  "One-way nested random effects; σ_U² with the exact χ² interval, σ_T² with the Graybill–Wang "
+                  "interval; total = σ_T² + σ_U²; ICC = σ_T² / total. Every metric and model in `seed_variance.csv`.",
+                  ""]
+W2_INTRO = ["### Single- against multi-training-seed design (W2)", "",
+            "A(i): the J unlearning seeds of training seed i; B: one unlearning seed (the smallest) per training "
+            "seed. W2(A(i), B) for every training seed i, against the 95th percentile of its permutation null; every "
+            "seed in `wasserstein_by_seed.csv`.", ""]
 
 
 def fmt(value: float | None) -> str:
@@ -69,20 +78,13 @@ def section_title(ident: tuple) -> str:
     return " · ".join(f"{value}" for value in ident[:-1]) + f" — target {ident[-1]}"
 
 
-def section_columns(table: pd.DataFrame, most: int = 12) -> list[tuple[str, str, str]]:
-    """(header, metric, split) of a section's short tables: the main metrics it has, or else (a task with metrics
-    of its own, e.g. NDCG@10) the first `most` metrics of its methods."""
-    columns = [(h, m, s) for h, m, s in MAIN if ((table["metric"] == m) & (table["split"] == s)).any()]
-    if columns:
-        return columns
-    unlearned = table[table["role"] == "unlearned"]
-    pairs = list(dict.fromkeys(zip(unlearned["metric"], unlearned["split"], strict=True)))[:most]
-    return [(label(m, s), m, s) for m, s in pairs]
+def section_columns(table: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """(header, metric, split) of the main metrics a section has: its short tables' columns."""
+    return [(h, m, s) for h, m, s in MAIN if ((table["metric"] == m) & (table["split"] == s)).any()]
 
 
-def main_section(table: pd.DataFrame) -> list[str]:
+def main_section(table: pd.DataFrame, columns: list[tuple[str, str, str]]) -> list[str]:
     """Mean ± std across training seeds per method for the main metrics (rows: M_o, M_r, then every method)."""
-    columns = section_columns(table)
     names = list(dict.fromkeys(zip(table["role"], table["method"], strict=True)))
     best = {(m, s): best_methods(table, m, s) for _, m, s in columns}
     rows = []
@@ -165,35 +167,15 @@ def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Pat
     table, variance, wasserstein = study.table, study.variance, study.wasserstein
     for ident, part in table.groupby(keys, sort=False):
         select = dict(zip(keys, ident, strict=True))
-
-        def mine(frame: pd.DataFrame, select: dict = select) -> pd.DataFrame:
-            if frame.empty:
-                return frame
-            mask = pd.Series(True, index=frame.index)
-            for k, v in select.items():
-                mask &= frame[k] == v
-            return frame[mask]
-
         lines += [f"## {section_title(ident)}", "",
                   "### Mean ± std across training seeds", "",
                   "Per training seed the values are averaged over its unlearning seeds; then mean ± std (ddof 1) "
                   "over the I training seeds; n = values.", "", BEST_RULE, ""]
-        lines += main_section(part)
         columns = section_columns(part)
-        section = variance_section(mine(variance), columns)
-        if section:
-            lines += ["### Seed variance: training seed (σ_T²) and unlearning seed (σ_U²)", "",
-                      "One-way nested random effects; σ_U² with the exact χ² interval, σ_T² with the Graybill–Wang "
-                      "interval; total = σ_T² + σ_U²; ICC = σ_T² / total. Every metric and model in "
-                      "`seed_variance.csv`.", ""]
-            lines += section
-        section = wasserstein_section(mine(wasserstein), columns)
-        if section:
-            lines += ["### Single- against multi-training-seed design (W2)", "",
-                      "A(i): the J unlearning seeds of training seed i; B: one unlearning seed (the smallest) per "
-                      "training seed. W2(A(i), B) for every training seed i, against the 95th percentile of its "
-                      "permutation null; every seed in `wasserstein_by_seed.csv`.", ""]
-            lines += section
+        lines += main_section(part, columns)
+        for intro, section in ((VARIANCE_INTRO, variance_section(matching(variance, select), columns)),
+                               (W2_INTRO, wasserstein_section(matching(wasserstein, select), columns))):
+            lines += [*intro, *section] if section else []
         lines += ["<details><summary>All metrics (mean ± std across training seeds)</summary>", ""]
         lines += all_metrics_section(part)
         lines += ["</details>", ""]
