@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench readme-table clean
 
 install: $(VENV)/.installed
 
@@ -21,11 +21,14 @@ test: install
 	$(BIN)/python -m pytest -q
 
 lint: install
-	$(BIN)/ruff check unlearnbench conf tests benchmarks
+	$(BIN)/ruff check unlearnbench conf tests benchmarks scripts
 
 bench: install
 	$(BIN)/python benchmarks/bench_demo.py
 	$(BIN)/python benchmarks/bench_foltr.py
+
+readme-table: install  # rerun the demo from an empty cache and rewrite README.md's table, naming this machine
+	$(BIN)/python scripts/readme_demo_table.py
 
 clean:
 	rm -rf multirun_outputs outputs .cache .pytest_cache .ruff_cache build dist *.egg-info

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -62,6 +63,23 @@ def results(folder: Path) -> dict[str, dict]:
 
 def values(result: dict, **match) -> list:
     return [r["value"] for r in result["records"] if all(r[k] == v for k, v in match.items())]
+
+
+@functools.cache
+def image_methods(scenario: str) -> list[str]:
+    """Names of the image-classification methods that serve `scenario`, from conf/method/ (composed once)."""
+    from unlearnbench.components import build, target_of
+
+    cfg = compose_config([f"scenario={scenario}"])
+    scenario_object = build(OmegaConf.to_container(cfg.scenario), "scenario")
+    names = []
+    for path in sorted((REPO / "conf" / "method").glob("*.yaml")):
+        method = OmegaConf.to_container(compose_config([f"scenario={scenario}", f"+method={path.stem}"]).method,
+                                        resolve=True)
+        if target_of(method, "method").task == "image_classification" and \
+                build(method, "method").serves(scenario_object):
+            names.append(path.stem)
+    return names
 
 
 def make_task(data, scenario, target: str, model_factory, seed: int = 0, cache_dir: Path | None = None,

@@ -23,7 +23,10 @@ def test_plain_unlearnbench_is_the_demo(tmp_path):
     registered = {p.stem for p in (REPO / "conf" / "method").glob("*.yaml")
                   if locate(OmegaConf.load(p)["_target_"]).task == "image_classification"}
     assert {r["method"] for r in result["records"] if r["role"] == "unlearned"} == registered
-    assert values(result, role="original", metric="acc", split="retain_test")[0] > 0.9
+    # the demo recipe learns digits on any machine: 0.898-0.960 in 24 runs (8 training seeds × 1 thread, 2
+    # threads, kernels capped at SSE4.2) behind tests/test_outcomes.py's margins
+    assert values(result, role="original", metric="acc", split="retain_test")[0] > 0.8
+    assert result["numerics"]["id"] and result["numerics"]["device"] == "cpu"
     assert (tmp_path / "sweep" / "report" / "results.csv").is_file()
 
 
@@ -110,24 +113,33 @@ def test_missing_dataset_message_says_where_files_go_and_where_to_get_them(tmp_p
 
 
 def test_ddp_spawn_evaluates_exactly_like_one_process(tmp_path):
-    """Same trained models (shared cache): identical records. Freshly trained on 2 ranks: close to 1 rank."""
+    """Two ranks train other models (another cache key: per-rank batch-norm statistics, another reduction order),
+    close to one rank's; given one rank's models, two ranks evaluate them to identical records."""
+    from unlearnbench.runtime.cache import ModelCache
+
     args = ["+method=retrain", *TINY]
     single = run_cli(args, tmp_path, sweep="single")
     spawn = run_cli([*args, "strategy=ddp_spawn"], tmp_path, sweep="spawn")
     assert single.returncode == 0 and spawn.returncode == 0, spawn.stderr
-    (one,), (two,) = results(tmp_path / "single").values(), results(tmp_path / "spawn").values()
-    assert two["job"]["devices"] == 2 and two["cache"]["original"]["hit"]
-    science = [r for r in one["records"] if r["metric"] not in ("time_s", "memory_gib", "utilisation_pct")]
-    assert science == [r for r in two["records"] if r["metric"] not in ("time_s", "memory_gib", "utilisation_pct")]
-
-    fresh = run_cli([*args, "strategy=ddp_spawn", f"paths.cache_dir={tmp_path / 'cache2'}"], tmp_path,
-                    sweep="fresh")
-    assert fresh.returncode == 0, fresh.stderr
-    (trained,) = results(tmp_path / "fresh").values()
-    assert not trained["cache"]["original"]["hit"]
+    (one,), (trained,) = results(tmp_path / "single").values(), results(tmp_path / "spawn").values()
+    assert trained["job"]["devices"] == 2 and trained["numerics"]["world_size"] == 2
+    assert not trained["cache"]["original"]["hit"]  # the same cache, but not one rank's model
     for role in ("original", "retrained"):
         for split in ("retain_test", "retain_train"):
             a = values(one, role=role, metric="acc", split=split)[0]
             b = values(trained, role=role, metric="acc", split=split)[0]
             assert abs(a - b) < 0.08, (role, split, a, b)  # per-rank batch-norm statistics and reduction order
-    assert json.dumps(trained["job"]).count("ddp_spawn") == 1
+
+    cache = ModelCache(tmp_path / "cache")  # put one rank's models under the two-rank keys, then evaluate again
+    pairs = [(one["cache"]["original"], trained["cache"]["original"]),
+             *zip(one["cache"]["retrained"], trained["cache"]["retrained"], strict=True)]
+    for source, target in pairs:
+        entry = cache.read(source["key"])
+        cache.publish(target["key"], entry.state, entry.meta)
+    again = run_cli([*args, "strategy=ddp_spawn"], tmp_path, sweep="again")
+    assert again.returncode == 0, again.stderr
+    (two,) = results(tmp_path / "again").values()
+    assert two["cache"]["original"]["hit"] and two["cache"]["retrained"][0]["hit"]
+    science = [r for r in one["records"] if r["metric"] not in ("time_s", "memory_gib", "utilisation_pct")]
+    assert science == [r for r in two["records"] if r["metric"] not in ("time_s", "memory_gib", "utilisation_pct")]
+    assert json.dumps(two["job"]).count("ddp_spawn") == 1

@@ -322,25 +322,17 @@ def test_job_on_a_known_original_model_reuses_both_importances(jobs):
         assert reused > 0.3 * first  # the cached pass's time is part of the reported cost, not dropped
 
 
-def test_ssd_forgets_the_class_in_a_job(jobs):
-    outcome = jobs[0, 1]
-    original = records(outcome, "original", "acc")
-    ssd = records(outcome, "unlearned", "acc", "ssd")
-    assert original["forget_test"] > 0.5
-    assert ssd["forget_test"] < 0.5 * original["forget_test"]
-    assert ssd["forget_train"] < 0.5 * original["forget_train"]
-
-
-def test_lfssd_forgets_the_class_with_a_smaller_alpha(jobs, job_folder):
-    # With 10 balanced classes |D|/|D_f| ≈ 10. LFSSD's per-sample gradients agree within a class (they follow the
-    # logits, not the loss), so batch means do not cancel and a parameter that only D_f uses gets
-    # I_f/I_D ≈ n_batches(D)/n_batches(D_f) = 23/3 on digits: α = 10 selects next to nothing, α = 5 the class's.
-    outcome = run_in_process([*TINY, "seeds.train=0", "seeds.unlearn=1", "seeds.eval=0", "method.alpha=5"], job_folder,
-                             ["lfssd"])  # M_o, M_r and I_D from the cache
+@pytest.mark.parametrize("method", ["ssd", "lfssd"])
+def test_in_a_job_an_alpha_nothing_reaches_leaves_the_original_model(jobs, job_folder, method):
+    """No I_f exceeds α·I_D for α = 1e30: nothing is dampened, M_u is M_o, and so is every score of it (the
+    forgetting itself hangs on the trained model: test_outcomes.py says what holds)."""
+    outcome = run_in_process([*TINY, "seeds.train=0", "seeds.unlearn=1", "seeds.eval=0", "method.alpha=1e30"],
+                             job_folder, [method])  # M_o, M_r and I_D from the cache
     assert outcome.error is None, outcome.trace
-    original, lfssd = records(outcome, "original", "acc"), records(outcome, "unlearned", "acc", "lfssd")
-    assert lfssd["forget_test"] < 0.75 * original["forget_test"]
-    assert lfssd["retain_test"] > 0.5 * original["retain_test"]
+    original, unlearned = records(outcome, "original", "acc"), records(outcome, "unlearned", "acc", method)
+    assert unlearned == original
+    assert records(outcome, "unlearned", "loss", method) == records(outcome, "original", "loss")
+    assert records(outcome, "unlearned", "layer_distance", method) == records(outcome, "original", "layer_distance")
 
 
 def test_both_run_in_the_random_sample_scenario(jobs, job_folder):

@@ -262,23 +262,6 @@ def job_folder(tmp_path_factory):
     return tmp_path_factory.mktemp("jobs")
 
 
-def test_jobs_forget_a_class_on_digits(job_folder):
-    outcome = run_in_process(list(TINY), job_folder, ["bad_teacher", "random_labels", "unsir"])
-    assert outcome.error is None, outcome.trace
-    records = by_key(outcome.records)
-    original = records[None, "original", "acc", "forget_test"]
-    assert original > 0.5
-    for name in ("random_labels", "unsir"):
-        assert records[name, "unlearned", "acc", "forget_test"] < original, name
-    # Bad Teacher's reference setting is 1 epoch of batch 256: on digits' 531 samples that is 3 Adam steps at lr
-    # 1e-4, too few to move a prediction; with more steps it forgets too.
-    assert records["bad_teacher", "unlearned", "acc", "forget_test"] <= original
-    more_steps = run_in_process([*TINY, "method.batch_size=32"], job_folder, ["bad_teacher"])
-    assert more_steps.error is None, more_steps.trace
-    assert more_steps.cache["original"]["hit"]
-    assert by_key(more_steps.records)["bad_teacher", "unlearned", "acc", "forget_test"] < original
-
-
 def test_jobs_run_in_the_random_sample_scenario(job_folder):
     outcome = run_in_process([*TINY, "scenario=random_sample", "scenario.targets=[0.05]"], job_folder,
                              ["bad_teacher", "random_labels"])

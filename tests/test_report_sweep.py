@@ -337,7 +337,12 @@ def test_job_table_shows_the_main_columns_a_job_has_and_the_last_round():
                 "round": r, "value": v} for r, v in ((0, 0.2), (2, 0.1), (1, 0.9))]
     records += [{"target": "0,1,2", "method": "fedremove", "role": "unlearned", "metric": m, "split": None,
                  "value": v} for m, v in (("ndcg@10", 0.125), ("time_s", 2.0), ("unlisted", 7.0))]
-    header, rule, original, method = job_table({"job": job, "records": records}).splitlines()[2:]
+    numerics = {"id": "0123456789ab", "device": "cpu", "cpu": "AMD EPYC", "cpu_capability": "AVX2", "threads": 2,
+                "torch": "2.14.1", "precision": "32-true", "world_size": 1}
+    title, machine, _, header, rule, original, method = job_table(
+        {"job": job, "records": records, "numerics": numerics}).splitlines()
+    assert title.startswith("synthetic_letor · linear_ranker")
+    assert machine == "on AMD EPYC (AVX2), 2 threads, torch 2.14.1, precision 32-true"
     assert header.split() == ["target", "0,1,2", "NDCG@10", "time", "s"]  # no image or unlisted column
     assert set(rule) == {"-", " "} and len(rule) == len(header)
     assert original.split() == ["(original)", "0.100", "–"]  # the last round, not the last record

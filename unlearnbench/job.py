@@ -42,6 +42,7 @@ from unlearnbench.runtime.cache import ModelCache
 from unlearnbench.runtime.fabric import make_fabric, quiet_known_warnings
 from unlearnbench.runtime.models import ModelStore, Trained
 from unlearnbench.runtime.monitor import Cost, CostMonitor
+from unlearnbench.runtime.numerics import numerics_identity
 from unlearnbench.runtime.seeding import configure_determinism, streams
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class Outcome:
     timings: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     trace: str | None = None
+    numerics: dict | None = None  # the float trajectory's identity (runtime/numerics.py), once the job set it up
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
@@ -75,10 +77,15 @@ class Outcome:
             self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - start
 
     @classmethod
-    def begin(cls) -> Outcome:
-        """An outcome whose first timing is the start-up: from the process start (or the previous job's end)."""
+    def begin(cls, fabric: Fabric, plan: JobPlan) -> Outcome:
+        """An outcome whose first timing is the start-up (from the process start or the previous job's end), with
+        this process's determinism switches set for the job and its numerics identity taken after them."""
         outcome = cls()
         outcome.timings["startup"] = time.time() - max(idle_since, psutil.Process().create_time())
+        runtime, config = plan.config["runtime"], plan.config
+        configure_determinism(runtime["deterministic"], runtime["threads"], runtime["matmul_precision"])
+        outcome.numerics = numerics_identity(fabric.device, config["precision"]["name"], fabric.world_size,
+                                             config["strategy"]["name"])
         return outcome
 
     @contextmanager
@@ -123,8 +130,7 @@ class Workbench:
         channels_last = runtime.channels_last if runtime.channels_last is not None else fabric.device.type == "cuda"
         identity = {"dataset": self.data.name, "data": self.data.fingerprint(), "model": plan.config["model"],
                     "normalisation": [list(self.data.mean), list(self.data.std)],
-                    "recipe": plan.config["train"], "precision": cfg.precision.name,
-                    "channels_last": channels_last, "matmul_precision": runtime.matmul_precision}
+                    "recipe": plan.config["train"], "channels_last": channels_last, "numerics": outcome.numerics}
         self.store = ModelStore(fabric, self.new_model, ModelCache(cfg.paths.cache_dir), self.normalizer,
                                 self.monitor, cfg.train, identity, channels_last)
         self.evaluator = Evaluator(fabric, self.data, self.store, self.normalizer, cfg.evaluation.batch_size)
@@ -189,9 +195,7 @@ class Workbench:
 
 def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
     """The job's work, run by every rank; rank 0's outcome is the job's. Errors are caught and reported."""
-    outcome = Outcome.begin()
-    runtime = plan.config["runtime"]
-    configure_determinism(runtime["deterministic"], runtime["threads"], runtime["matmul_precision"])
+    outcome = Outcome.begin(fabric, plan)
     quiet_known_warnings()
     with outcome.capture():
         bench = Workbench(fabric, plan, outcome)
@@ -298,7 +302,7 @@ def run_job(cfg: DictConfig) -> dict:
     if outcome.trace:
         log.error("%s failed:\n%s", folder.name, outcome.trace)
     result = {"schema": SCHEMA, "status": "failed" if outcome.error else "complete", "error": outcome.error,
-              "job": job_fields(cfg), "versions": versions(), "started": started,
+              "job": job_fields(cfg), "versions": versions(), "numerics": outcome.numerics, "started": started,
               "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "cache": outcome.cache, "timings": outcome.timings, "records": outcome.records}
     folder.mkdir(parents=True, exist_ok=True)

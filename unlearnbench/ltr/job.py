@@ -42,10 +42,11 @@ def discounted(online: np.ndarray) -> float | None:
 
 def trained_federation(cache: ModelCache, data: LetorData, scenario: ModelPoisoning, model: dict, seed: int,
                        outcome: Outcome) -> TrainedFederation:
-    """The state after training (final and every stored model, partitions, pointers), from the cache if there."""
+    """The state after training (final and every stored model, partitions, pointers), from the cache if there;
+    keyed by this machine's numerics too (NumPy's kernels follow the CPU)."""
     training = {k: v for k, v in vars(scenario).items() if k != "unlearning_rounds"}
     key = cache_key({"artefact": "federated_ltr", "dataset": data.name, "data": data.fingerprint(), "model": model,
-                     "scenario": training, "seed": seed, "version": __version__})
+                     "scenario": training, "seed": seed, "version": __version__, "numerics": outcome.numerics})
 
     def train() -> tuple[dict[str, torch.Tensor], dict]:
         start = time.perf_counter()
@@ -67,7 +68,7 @@ def curve(outcome: Outcome, target: str, method: str | None, role: str, values: 
 
 def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
     """The job's work (one process: NumPy, no accelerator); errors are caught and reported."""
-    outcome = Outcome.begin()
+    outcome = Outcome.begin(fabric, plan)
     config, seeds = plan.config, plan.config["seeds"]
     with outcome.capture():
         with outcome.timed("load_data"):

@@ -19,7 +19,7 @@ import pandas as pd
 
 from unlearnbench.report import stats
 from unlearnbench.report.analysis import Study, analyse
-from unlearnbench.report.collect import load_results
+from unlearnbench.report.collect import load_results, mixed_numerics
 
 
 @dataclass
@@ -60,6 +60,9 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
     study.wasserstein.to_csv(out / "wasserstein.csv", index=False)
     study.wasserstein_by_seed.to_csv(out / "wasserstein_by_seed.csv", index=False)
     warnings = list(study.warnings)
+    mixed = mixed_numerics(jobs)
+    if mixed:
+        warnings.append(mixed)
     if failed:
         warnings.append(f"{len(failed)} of {len(jobs)} jobs did not complete: see \"Failed jobs\"; the statistics "
                         "use the complete jobs only")

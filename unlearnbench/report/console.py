@@ -6,6 +6,8 @@ shows its last round.
 
 from __future__ import annotations
 
+from unlearnbench.report.collect import describe_numerics
+
 # (header, metric, split): the main metrics, in this order, of a job's table and of the report's short tables and
 # seed-variance and W2 sections; each shows the columns its records have.
 MAIN = [
@@ -51,7 +53,8 @@ def job_table(result: dict) -> str:
     """Plain-text table per target: rows original, retrained, then every method."""
     job = result["job"]
     lines = [f"{job['dataset']} · {job['model']} · {job['scenario']} · seeds train {job['seed_train']} "
-             f"unlearn {job['seed_unlearn']} eval {job['seed_eval']}"]
+             f"unlearn {job['seed_unlearn']} eval {job['seed_eval']}",
+             f"on {describe_numerics(result.get('numerics'))}"]
     for target in dict.fromkeys(r["target"] for r in result["records"]):
         values = table_rows([r for r in result["records"] if r["target"] == target])
         columns = [c for c in MAIN if any(v.get(c[1:]) is not None for v in values.values())]

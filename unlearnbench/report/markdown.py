@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from unlearnbench.report.analysis import GOLD_STANDARDS, Study, ideal, label, matching
+from unlearnbench.report.collect import describe_numerics
 from unlearnbench.report.console import MAIN
 
 MAX_ERROR_LINES = 20
@@ -153,12 +154,22 @@ def wasserstein_section(wasserstein: pd.DataFrame, columns: list[tuple[str, str,
                      "i with W2 > null", "I", "J"], rows)
 
 
+def machines(jobs: list[dict]) -> list[str]:
+    """Which machines and set-ups the complete jobs ran on (numbers are bit-identical only within one)."""
+    identities = {job["numerics"]: job.get("numerics_identity") for job in jobs
+                  if job.get("status") == "complete" and job.get("numerics")}
+    if not identities:
+        return []
+    return ["Ran on: " + "; ".join(f"{describe_numerics(identity)} (`{ident}`)"
+                                   for ident, identity in identities.items()) + ".", ""]
+
+
 def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Path], figures: list[Path],
            warnings: list[str], out: Path) -> str:
     complete = sum(1 for job in jobs if job.get("status") == "complete")
     lines = ["# unlearnbench report", "",
              f"Sweep folders: {', '.join(f'`{f}`' for f in folders)}. Jobs: {len(jobs)} ({complete} complete, "
-             f"{len(failed)} failed).", ""]
+             f"{len(failed)} failed).", "", *machines(jobs)]
     if study.values.empty:
         lines += ["No complete job with records was found.", ""]
     if warnings:
