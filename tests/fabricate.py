@@ -61,12 +61,23 @@ FASHION_FILES = {
 }
 
 
-def _dump(path: Path, content: dict, bytes_keys: bool) -> None:
-    """Pickle `content` with protocol 2 (as the real files are), with its keys as bytes if asked."""
+NUMPY_MODULES = ("numpy.core", "numpy._core")  # where numpy 1.x and 2.x pickle their array helpers from
+
+
+def _dump(path: Path, content: dict, bytes_keys: bool, numpy_module: str | None = None) -> None:
+    """Pickle `content` with protocol 2 (as the real files are), with its keys as bytes if asked.
+
+    `numpy_module` ('numpy.core' or 'numpy._core') spells the arrays' helpers as numpy 1.x or 2.x writes them,
+    whichever numpy runs here: protocol 2 names a global as text ('c' module newline name newline), so the
+    module can be replaced in the bytes.
+    """
     if bytes_keys:
         content = {k.encode(): v for k, v in content.items()}
-    with open(path, "wb") as f:
-        pickle.dump(content, f, protocol=2)
+    raw = pickle.dumps(content, protocol=2)
+    if numpy_module is not None:
+        for module in NUMPY_MODULES:
+            raw = raw.replace(f"c{module}.multiarray\n".encode(), f"c{numpy_module}.multiarray\n".encode())
+    path.write_bytes(raw)
 
 
 def _cifar_rows(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -81,13 +92,13 @@ def _cifar_rows(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarra
 
 
 def write_cifar10(root: str | Path, n_per_batch: int = 3, bytes_keys_batch: int | None = 2,
-                  seed: int = 10) -> dict:
+                  seed: int = 10, numpy_module: str | None = None) -> dict:
     """`root/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}`.
 
     `bytes_keys_batch` (1–5, 6 for test_batch, or None) is the batch written with bytes keys and bytes
-    `batch_label`/`filenames`. Returns the expected `train_images` (the five batches concatenated in
-    order), `train_labels`, `test_images`, `test_labels`, the raw `train_rows`/`test_rows`, `batch_sizes`,
-    `label_names` and `folder`.
+    `batch_label`/`filenames`; `numpy_module` as for `_dump`. Returns the expected `train_images` (the five
+    batches concatenated in order), `train_labels`, `test_images`, `test_labels`, the raw `train_rows`/`test_rows`,
+    `batch_sizes`, `label_names` and `folder`.
     """
     folder = Path(root) / "cifar-10-batches-py"
     folder.mkdir(parents=True, exist_ok=True)
@@ -104,7 +115,7 @@ def write_cifar10(root: str | Path, n_per_batch: int = 3, bytes_keys_batch: int 
             filenames = [f.encode() for f in filenames]
             batch_label = batch_label.encode()
         _dump(folder / name, {"batch_label": batch_label, "labels": labels, "data": rows,
-                              "filenames": filenames}, as_bytes)
+                              "filenames": filenames}, as_bytes, numpy_module)
         written["images"].append(images)
         written["rows"].append(rows)
         written["labels"].append(np.asarray(labels, dtype=np.int64))
@@ -132,8 +143,9 @@ def _fine_labels(rng: np.random.Generator, n: int, repeats: int) -> np.ndarray:
 
 
 def write_cifar100(root: str | Path, n_train: int = 40, n_test: int = 20, bytes_keys: bool = False,
-                   seed: int = 100) -> dict:
-    """`root/cifar-100-python/{train, test, meta}`; coarse labels follow the official fine → coarse map.
+                   seed: int = 100, numpy_module: str | None = None) -> dict:
+    """`root/cifar-100-python/{train, test, meta}`; coarse labels follow the official fine → coarse map;
+    `numpy_module` as for `_dump`.
 
     The train set holds every class of `CIFAR100_REQUIRED` at least twice, the test set at least once. Returns
     `train_images`, `train_fine`, `train_coarse`, `test_images`, `test_fine`, `test_coarse`, `fine_names`,
@@ -155,7 +167,7 @@ def write_cifar100(root: str | Path, n_train: int = 40, n_test: int = 20, bytes_
             batch_label = batch_label.encode()
         content = {"filenames": filenames, "batch_label": batch_label, "fine_labels": [int(v) for v in fine],
                    "coarse_labels": [int(v) for v in coarse], "data": rows}
-        _dump(folder / split, content, bytes_keys)
+        _dump(folder / split, content, bytes_keys, numpy_module)
         out.update({f"{split}_images": images, f"{split}_rows": rows, f"{split}_fine": fine,
                     f"{split}_coarse": coarse})
     fine_names, coarse_names = list(CIFAR100_FINE_NAMES), list(CIFAR100_COARSE_NAMES)

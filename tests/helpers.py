@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -126,3 +127,22 @@ def make_task(data, scenario, target: str, model_factory, seed: int = 0, cache_d
                           streams("method", seed, "test", target), load, random_model, load(), Cost(1.0, 0.0, 0.0),
                           memo)
     return task, load
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(folder: Path, size: str):
+    """A real, tiny filesystem at `folder` (a full disk on demand), unmounted afterwards; the test is skipped where
+    mounting is not allowed (not root, or no mount namespace)."""
+    import pytest
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)

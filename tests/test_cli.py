@@ -90,7 +90,7 @@ def test_report_command_collects_every_record(sweep):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["scenario.targets=[cat]"], "unknown class 'cat' for dataset digits; valid: 0, 1, 2"),
-    (["scenario=random_sample", "scenario.targets=[1.5]"], "fraction 1.5 is outside (0, 1]"),
+    (["scenario=random_sample", "scenario.targets=[1.5]"], "fraction 1.5 is outside (0, 1)"),
     (["dataset=cifar10"], "cifar-10-batches-py/data_batch_1"),
     (["+method=nope"], "Could not find 'method/nope'"),
     (["seeds.trian=1"], "Key 'trian' not in 'Seeds'"),

@@ -1,4 +1,5 @@
-"""Hand-computed cases for the metrics of spec/metrics.md (unlearnbench.metrics.functions and .scoring)."""
+"""Hand-computed cases for the metrics of the README's "Metrics" section (unlearnbench.metrics.functions and
+.scoring)."""
 
 from __future__ import annotations
 
@@ -19,18 +20,23 @@ def t(rows) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.float64)
 
 
+def js(probs_r: torch.Tensor, probs_u: torch.Tensor) -> float:
+    """JS divergence of probabilities given as such (js_divergence takes log-probabilities; log 0 = -inf)."""
+    return fn.js_divergence(probs_r.log(), probs_u.log())
+
+
 # ------------------------------------------------------------------------------------ js_divergence
 
 
 def test_js_divergence_identical_outputs_is_zero():
     p = t([[0.2, 0.3, 0.5], [1.0, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3]])
-    assert fn.js_divergence(p, p.clone()) == 0.0
+    assert js(p, p.clone()) == 0.0
 
 
 def test_js_divergence_disjoint_one_hot_is_one_bit():
     r = t([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
     u = t([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
-    assert fn.js_divergence(r, u) == pytest.approx(1.0, abs=1e-12)
+    assert js(r, u) == pytest.approx(1.0, abs=1e-12)
 
 
 def test_js_divergence_hand_computed_pair():
@@ -39,17 +45,17 @@ def test_js_divergence_hand_computed_pair():
     kl_q_m = 1.0 * math.log2(1.0 / 0.75) + 0.0
     expected = (kl_p_m + kl_q_m) / 2
     assert expected == pytest.approx(1.5 - 0.75 * math.log2(3))  # ≈ 0.311278
-    assert fn.js_divergence(t([[0.5, 0.5]]), t([[1.0, 0.0]])) == pytest.approx(expected, abs=1e-12)
+    assert js(t([[0.5, 0.5]]), t([[1.0, 0.0]])) == pytest.approx(expected, abs=1e-12)
     # the mean over samples: a second, identical sample contributes 0
-    two = fn.js_divergence(t([[0.5, 0.5], [0.3, 0.7]]), t([[1.0, 0.0], [0.3, 0.7]]))
+    two = js(t([[0.5, 0.5], [0.3, 0.7]]), t([[1.0, 0.0], [0.3, 0.7]]))
     assert two == pytest.approx(expected / 2, abs=1e-12)
 
 
 def test_js_divergence_symmetric_and_in_unit_interval_on_random_softmax():
     g = torch.Generator().manual_seed(0)
     for scale in (0.1, 1.0, 10.0, 100.0):
-        a = fn.probabilities(scale * torch.randn(50, 7, generator=g))
-        b = fn.probabilities(scale * torch.randn(50, 7, generator=g))
+        a = fn.log_probabilities(scale * torch.randn(50, 7, generator=g))
+        b = fn.log_probabilities(scale * torch.randn(50, 7, generator=g))
         ab, ba = fn.js_divergence(a, b), fn.js_divergence(b, a)
         assert ab == pytest.approx(ba, abs=1e-12)
         assert 0.0 <= ab <= 1.0

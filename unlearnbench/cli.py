@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -46,14 +49,40 @@ def hydra_job(cfg: DictConfig) -> None:
     run_job(cfg)
 
 
+def unwritable_sweep_folder(arguments: list[str]) -> str | None:
+    """The message for a sweep folder that cannot be created (checked before Hydra, which would answer with a
+    traceback): its nearest existing ancestor must be a writable folder."""
+    given = [a.split("=", 1)[1] for a in arguments if a.startswith("hydra.sweep.dir=")]
+    folder = Path(given[-1] if given else "multirun_outputs").absolute()
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if existing.is_dir() and os.access(existing, os.W_OK | os.X_OK):
+        return None
+    why = "is not a folder" if not existing.is_dir() else "is not writable"
+    return (f"unlearnbench: cannot create the sweep folder {folder}: {existing} {why}; choose another with "
+            f"hydra.sweep.dir=DIR")
+
+
+def interrupted(signum: int, frame) -> None:
+    """SIGTERM ends a sweep as Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     """`unlearnbench [overrides]`: one job per seed combination; exits non-zero if any job failed."""
-    message = merged_group_choice(sys.argv[1:])
-    if message:
-        sys.exit(message)
     if not wants_own_mode(sys.argv[1:]):
         sys.argv.insert(1, "--multirun")
-    hydra_job()
+    sweeps = any(a in ("-m", "--multirun") for a in sys.argv[1:])
+    message = merged_group_choice(sys.argv[1:]) or (unwritable_sweep_folder(sys.argv[1:]) if sweeps else None)
+    if message:
+        sys.exit(message)
+    signal.signal(signal.SIGTERM, interrupted)
+    logging.raiseExceptions = False  # a log line that cannot be written (a full disk) must not print a traceback
+    try:
+        hydra_job()
+    except KeyboardInterrupt:
+        sys.stderr.write("\nunlearnbench: interrupted; finished jobs are kept (each job's result.json is written "
+                         "whole or not at all): rerun the same command with the same hydra.sweep.dir to resume\n")
+        sys.exit(130)
     from unlearnbench.report.callback import failed_jobs
 
     sys.exit(1 if failed_jobs else 0)
@@ -72,10 +101,14 @@ def report_main() -> None:
     missing = [str(f) for f in args.folders if not f.is_dir()]
     if missing:
         parser.exit(2, f"unlearnbench-report: not a folder: {', '.join(missing)}\n")
-    from unlearnbench.report.build import build_report, failure_lines
+    from unlearnbench.files import WriteError
+    from unlearnbench.report.build import build_report, failed_methods, failure_lines, method_failure_lines
 
     out = args.out or args.folders[0] / "report"
-    built = build_report(args.folders, out, figures=not args.no_figures)
-    for line in failure_lines(built.failed, len(built.jobs)):
+    try:
+        built = build_report(args.folders, out, figures=not args.no_figures)
+    except WriteError as error:
+        sys.exit(f"unlearnbench-report: {error}")
+    for line in [*failure_lines(built.failed, len(built.jobs)), *method_failure_lines(failed_methods(built.jobs))]:
         print(line, file=sys.stderr)
     print(f"report: {out}")

@@ -65,4 +65,7 @@ def build(cfg: Mapping[str, Any], kind: str, **extra: Any) -> Any:
     if unknown:
         raise UserError(f"{kind} {cfg.get('name', '')}: unknown option {', '.join(unknown)}; "
                         f"valid options: {', '.join(v for v in valid if v not in extra)}")
+    check = getattr(target, "check_options", None)  # a component may declare the ranges of its options
+    if callable(check):
+        check(kwargs)
     return target(**kwargs)

@@ -1,27 +1,74 @@
-"""Structured-config schemas: a misspelled key or a wrongly typed value fails when Hydra composes the config.
+"""Structured-config schemas: a misspelled key or a wrongly typed value fails when Hydra composes the config, and a
+value outside its range fails `validate` before any work.
 
-Groups whose shape is fixed (task, seeds, paths, training recipe, evaluation, runtime, strategy, precision) are
-typed here. Component groups (dataset, model, scenario, method) carry the keyword arguments of their `_target_`,
-which differ per component; their constructors' signatures check them before any work starts (`components.build`).
+Groups whose shape is fixed (task, seeds, paths, training recipe, evaluation, runtime, strategy, precision, study) are
+typed here, each numeric field with its range. Component groups (dataset, model, scenario, method) carry the keyword
+arguments of their `_target_`, which differ per component; their constructors' signatures check them before any work
+starts (`components.build`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import math
+import re
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import II, MISSING, OmegaConf
+from omegaconf import II, MISSING, DictConfig, ListConfig, OmegaConf
+
+from unlearnbench.errors import UserError
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric option may take: [low, high] with either end open or absent, or one of `choices`."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple = ()
+
+    def admits(self, value: Any) -> bool:
+        if self.choices:
+            return value in self.choices
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+            return False
+        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
+        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
+        return above and below
+
+    def __str__(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(map(str, self.choices))
+        low = "" if self.low is None else f"{'(' if self.low_open else '['}{self.low:g}"
+        high = "" if self.high is None else f"{self.high:g}{')' if self.high_open else ']'}"
+        if not high:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        if not low:
+            return f"{'<' if self.high_open else '<='} {self.high:g}"
+        return f"in {low}, {high}"
+
+
+def ranged(default: Any, range_: Range, *, optional: bool = False) -> Any:
+    """A dataclass field whose values `validate` checks against `range_` (None passes where `optional`)."""
+    return field(default=default, metadata={"range": range_, "optional": optional})
+
+
+AT_LEAST_0, AT_LEAST_1, POSITIVE = Range(low=0), Range(low=1), Range(low=0, low_open=True)
 
 
 @dataclass
 class Seeds:
     """Training seed fixes M_o; unlearning seed fixes D_f (random sample), M_r and the method; eval seed the MIA."""
 
-    train: int = 0
-    unlearn: int = II("seeds.train")
-    eval: int = II("seeds.unlearn")
+    train: int = ranged(0, AT_LEAST_0)
+    unlearn: int = ranged(II("seeds.train"), AT_LEAST_0)
+    eval: int = ranged(II("seeds.unlearn"), AT_LEAST_0)
 
 
 @dataclass
@@ -34,39 +81,39 @@ class Paths:
 class Augment:
     """Batch augmentation on the device: random crop with zero padding, horizontal flip, rotation (degrees)."""
 
-    crop_padding: int = 4
+    crop_padding: int = ranged(4, AT_LEAST_0)
     flip: bool = True
-    rotation: float = 15.0
+    rotation: float = ranged(15.0, Range(0, 180))
 
 
 @dataclass
 class TrainRecipe:
     """How M_o and M_r are trained (spec/methods.md: the reference recipe)."""
 
-    epochs: int = 20
-    batch_size: int = 64
-    lr: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    warmup_epochs: float = 1.0
-    milestones: list[int] = field(default_factory=lambda: [8, 12, 16])
-    gamma: float = 0.2
+    epochs: int = ranged(20, AT_LEAST_1)
+    batch_size: int = ranged(64, AT_LEAST_1)
+    lr: float = ranged(0.1, POSITIVE)
+    momentum: float = ranged(0.9, Range(0, 1, high_open=True))
+    weight_decay: float = ranged(5e-4, AT_LEAST_0)
+    warmup_epochs: float = ranged(1.0, AT_LEAST_0)
+    milestones: list[int] = field(default_factory=lambda: [8, 12, 16], metadata={"range": AT_LEAST_1, "each": True})
+    gamma: float = ranged(0.2, Range(0, 1, low_open=True))
     augment: Augment = field(default_factory=Augment)
 
 
 @dataclass
 class Evaluation:
-    batch_size: int = 1024
-    mia_max_members: int = 10000  # the MIA attacker sees at most this many retain samples (drawn with seeds.eval)
-    mia_loss_folds: int = 5
+    batch_size: int = ranged(1024, AT_LEAST_1)
+    mia_max_members: int = ranged(10000, AT_LEAST_1)  # the MIA attacker sees at most this many retain samples
+    mia_loss_folds: int = ranged(5, Range(low=2))  # cross-validation needs two folds at least
 
 
 @dataclass
 class Runtime:
-    accelerator: str = "auto"
+    accelerator: str = ranged("auto", Range(choices=("auto", "cpu", "gpu", "cuda", "mps", "tpu")))
     deterministic: bool = True
-    threads: int | None = None  # torch intra-op threads; fix it for bit-identical results across machines' loads
-    matmul_precision: str = "high"
+    threads: int | None = ranged(None, AT_LEAST_1, optional=True)  # torch intra-op threads (null: torch's default)
+    matmul_precision: str = ranged("high", Range(choices=("highest", "high", "medium")))
     # null: on for CUDA (cuDNN's fast path), off elsewhere: on CPUs, PyTorch 2.14's channels_last 1×1 stride-2
     # convolution backward is nondeterministic and can corrupt memory (seen with narrow ResNets).
     channels_last: bool | None = None
@@ -85,8 +132,8 @@ class Task:
 class Strategy:
     name: str = MISSING
     fabric: str = MISSING  # the strategy name Fabric understands
-    devices: int = 1
-    num_nodes: int = 1
+    devices: int = ranged(1, AT_LEAST_1)
+    num_nodes: int = ranged(1, AT_LEAST_1)
     max_devices: int | None = None
     relaunches_script: bool = False  # starts ranks >= 1 by re-running sys.argv: only safe under SLURM
     needs_cuda: bool = False
@@ -113,9 +160,9 @@ class Study:
     """The seed-sensitivity design of `experiment=seed_sensitivity`: I training seeds × J unlearning seeds nested in
     each. `repeat` is the unlearning index j in 0..J-1 (swept); the unlearning seed is seeds.train·J + repeat."""
 
-    I: int = 5  # noqa: E741 (the study's own notation)
-    J: int = 5
-    repeat: int = 0
+    I: int = ranged(5, AT_LEAST_1)  # noqa: E741 (the study's own notation)
+    J: int = ranged(5, AT_LEAST_1)
+    repeat: int = ranged(0, AT_LEAST_0)
 
 
 @dataclass
@@ -136,6 +183,53 @@ class Config:
 
 
 ConfigStore.instance().store(name="unlearnbench_schema", node=Config)
+
+# Names that become parts of a job's folder name: no path separators, no leading dot.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=,-]*")
+NAMED_GROUPS = ("dataset", "model", "scenario", "method", "strategy", "precision")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raise one `UserError` that lists every option outside its range and every unsafe component name, so that a
+    sweep fails before any work (the Hydra callback calls this on the sweep's config, every job on its own)."""
+    problems = range_problems(cfg, Config, "")
+    for group in NAMED_GROUPS:
+        name = OmegaConf.select(cfg, f"{group}.name", default=None)
+        if name is not None and not SAFE_NAME.fullmatch(str(name)):
+            problems.append(f"{group}.name={name!r} must be letters, digits and _ . + = , - (it names the job's "
+                            f"folder)")
+    if problems:
+        raise UserError("invalid config: " + "; ".join(problems))
+
+
+def range_problems(node: Any, schema: type, prefix: str) -> list[str]:
+    """The fields of `node` (a config of dataclass `schema`) whose resolved value lies outside the field's range."""
+    if not isinstance(node, DictConfig):
+        return []
+    problems = []
+    hints = typing.get_type_hints(schema)
+    for spec in dataclasses.fields(schema):
+        path = f"{prefix}{spec.name}"
+        nested = next((t for t in (hints[spec.name], *typing.get_args(hints[spec.name]))
+                       if dataclasses.is_dataclass(t)), None)
+        if spec.name not in node or OmegaConf.is_interpolation(node, spec.name):
+            continue  # an interpolated value derives from options checked where they are set
+        if nested is not None:
+            problems += range_problems(node[spec.name], nested, f"{path}.")
+        elif "range" in spec.metadata:
+            problems += field_problems(path, node[spec.name], spec.metadata)
+    return problems
+
+
+def field_problems(path: str, value: Any, metadata: dict) -> list[str]:
+    if value is None and metadata.get("optional"):
+        return []
+    each = metadata.get("each", False)
+    values = list(value) if each and isinstance(value, ListConfig | list) else [value]
+    if all(metadata["range"].admits(v) for v in values):
+        return []
+    shown = OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+    return [f"{path}={shown} is not valid; valid: {'each ' if each else ''}{metadata['range']}"]
 
 
 def _subdir_suffix(override_dirname: str) -> str:
@@ -163,6 +257,15 @@ def _unlearn_seed(train: int, repeat: int, count: int) -> int:
     return train * count + repeat
 
 
+def _safe_name(name: str) -> str:
+    """A component name as a folder-name part: anything but letters, digits and _ . + = , - becomes '-', so that no
+    name (even one swept, which `validate` sees only inside its job) puts a job folder outside the sweep folder."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.+=,-]", "-", str(name))
+    return "-" + cleaned[1:] if cleaned.startswith(".") else cleaned
+
+
+if not OmegaConf.has_resolver("ub_safe"):
+    OmegaConf.register_new_resolver("ub_safe", _safe_name)
 if not OmegaConf.has_resolver("ub_suffix"):
     OmegaConf.register_new_resolver("ub_suffix", _subdir_suffix)
 if not OmegaConf.has_resolver("ub_unlearn_seed"):

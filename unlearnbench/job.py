@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import platform
 import time
 import traceback
@@ -31,11 +32,12 @@ from torch import nn
 
 from unlearnbench import __version__
 from unlearnbench.components import build, locate, target_of
+from unlearnbench.config import validate
 from unlearnbench.data.base import full_pool
 from unlearnbench.data.scenarios import Scenario, Splits
 from unlearnbench.data.transforms import Normalizer
-from unlearnbench.errors import UserError
-from unlearnbench.files import write_atomically
+from unlearnbench.errors import FILE_ONLY, UserError
+from unlearnbench.files import WriteError, write_atomically
 from unlearnbench.methods.base import Method, UnlearningTask
 from unlearnbench.metrics.scoring import Evaluator, Outputs, Scorer
 from unlearnbench.runtime.cache import ModelCache
@@ -67,6 +69,8 @@ class Outcome:
     error: str | None = None
     trace: str | None = None
     numerics: dict | None = None  # the float trajectory's identity (runtime/numerics.py), once the job set it up
+    failures: list[dict] = field(default_factory=list)  # (target, method) that failed alone, with the reason
+    succeeded: int = 0  # (target, method) pairs scored
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
@@ -100,10 +104,43 @@ class Outcome:
             self.error = f"{type(error).__name__}: {error}"
             self.trace = traceback.format_exc()
 
+    @contextmanager
+    def isolated(self, target: str, method: str | None = None) -> Iterator[None]:
+        """Run one target's (method None) or one method's work so that its failure is recorded and the rest of the
+        job goes on: one diverging or crashing method never takes the other methods or targets with it."""
+        try:
+            yield
+        except Exception as error:
+            message = str(error) if isinstance(error, UserError | Diverged) else f"{type(error).__name__}: {error}"
+            self.failures.append({"target": target, "method": method, "error": message})
+            log.warning("target %s%s failed: %s", target, f", method {method}" if method else "", message)
+            if not isinstance(error, UserError | Diverged):
+                log.error("the traceback:\n%s", traceback.format_exc(), extra=FILE_ONLY)
+        else:
+            if method is not None:
+                self.succeeded += 1
+
+    @property
+    def status(self) -> tuple[str, str | None]:
+        """("complete", None) when the job ran and at least one method was scored (failures are listed beside);
+        ("failed", why) when the job itself failed or nothing could be scored."""
+        if self.error:
+            return "failed", self.error
+        if self.failures and not self.succeeded:
+            first = self.failures[0]
+            where = f"target {first['target']}" + (f", method {first['method']}" if first["method"] else "")
+            return "failed", f"{first['error']} ({where}" + (f"; {len(self.failures) - 1} more failures)"
+                                                               if len(self.failures) > 1 else ")")
+        return "complete", None
+
     def add(self, target: str, method: str | None, role: str, scores: dict) -> None:
         for (metric, split), value in scores.items():
             self.records.append({"target": target, "method": method, "role": role, "metric": metric,
                                  "split": split, "value": value})
+
+
+class Diverged(Exception):
+    """A model whose weights or outputs are not finite: its metrics are null and the reason is recorded."""
 
 
 def cost_scores(cost: Cost) -> dict:
@@ -170,9 +207,15 @@ class Workbench:
         return Scorer(splits, self.seeds.eval, target, evaluation.mia_max_members, evaluation.mia_loss_folds)
 
     def reference_outputs(self, model: nn.Module, role: str) -> Outputs:
-        """Outputs of M_o or M_r, kept for the job (the `retrain` method returns M_r: not evaluated twice)."""
+        """Outputs of M_o or M_r, kept for the job (the `retrain` method returns M_r: not evaluated twice); a
+        reference model that diverged in training makes every comparison meaningless: an error."""
         with self.outcome.timed(f"evaluation:{role}"):
-            return self.evaluator.outputs(model, remember=True)
+            outputs = self.evaluator.outputs(model, remember=True)
+        diverged = outputs.non_finite()
+        if diverged:
+            raise UserError(f"the {role} model diverged in training ({diverged}); lower train.lr or choose another "
+                            f"precision")
+        return outputs
 
     def unlearn(self, method: Method, target: str, splits: Splits, original: Trained,
                 retrained: Trained) -> tuple[nn.Module, Cost]:
@@ -194,7 +237,8 @@ class Workbench:
 
 
 def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
-    """The job's work, run by every rank; rank 0's outcome is the job's. Errors are caught and reported."""
+    """The job's work, run by every rank; rank 0's outcome is the job's. Errors are caught and reported: one
+    target's or one method's failure is recorded and the rest of the job goes on."""
     outcome = Outcome.begin(fabric, plan)
     quiet_known_warnings()
     with outcome.capture():
@@ -202,21 +246,28 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
         original = bench.original()
         out_o = bench.reference_outputs(original.module, "original")
         for target in bench.targets:
-            splits = bench.split(target)
-            retrained = bench.retrained(target, splits)
-            out_r = bench.reference_outputs(retrained.module, "retrained")
-            scorer = bench.scorer(target, splits)
-            scores_o, scores_r = scorer.model_scores(out_o), scorer.model_scores(out_r)
-            comparison_o = scorer.comparison_scores(out_o, scores_o, out_r, scores_r)
-            outcome.add(target, None, "original", scores_o | comparison_o | cost_scores(original.cost))
-            outcome.add(target, None, "retrained", scores_r | cost_scores(retrained.cost))
-            for method in bench.methods:
-                unlearned, cost = bench.unlearn(method, target, splits, original, retrained)
-                with outcome.timed(f"evaluation:{method.name}"):
-                    out_u = bench.evaluator.outputs(unlearned)
-                    scores_u = scorer.model_scores(out_u)
-                    comparison_u = scorer.comparison_scores(out_u, scores_u, out_r, scores_r)
-                outcome.add(target, method.name, "unlearned", scores_u | comparison_u | cost_scores(cost))
+            with outcome.isolated(target):
+                splits = bench.split(target)
+                retrained = bench.retrained(target, splits)
+                out_r = bench.reference_outputs(retrained.module, "retrained")
+                scorer = bench.scorer(target, splits)
+                scores_o, scores_r = scorer.model_scores(out_o), scorer.model_scores(out_r)
+                comparison_o = scorer.comparison_scores(out_o, scores_o, out_r, scores_r)
+                outcome.add(target, None, "original", scores_o | comparison_o | cost_scores(original.cost))
+                outcome.add(target, None, "retrained", scores_r | cost_scores(retrained.cost))
+                for method in bench.methods:
+                    with outcome.isolated(target, method.name):
+                        unlearned, cost = bench.unlearn(method, target, splits, original, retrained)
+                        with outcome.timed(f"evaluation:{method.name}"):
+                            out_u = bench.evaluator.outputs(unlearned)
+                            scores_u = scorer.model_scores(out_u)
+                            comparison_u = scorer.comparison_scores(out_u, scores_u, out_r, scores_r)
+                        diverged = out_u.non_finite()
+                        if diverged:  # its scores are meaningless: null, with the reason
+                            scores_u, comparison_u = dict.fromkeys(scores_u), dict.fromkeys(comparison_u)
+                        outcome.add(target, method.name, "unlearned", scores_u | comparison_u | cost_scores(cost))
+                        if diverged:
+                            raise Diverged(f"{method.name} diverged: {diverged}")
     return outcome
 
 
@@ -240,7 +291,9 @@ def registered_methods(task: str) -> list[dict]:
 
 
 def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
-    """Choose the methods and resolve the config; fail here, before any work, on a method that does not fit."""
+    """Check the options, choose the methods and resolve the config; fail here, before any work, on an option out of
+    range or a method that does not fit."""
+    validate(cfg)
     task = cfg.task.name
     if cfg.method is not None:  # its task first: another task's method may not even resolve here
         served = target_of(OmegaConf.to_container(cfg.method), "method").task
@@ -257,6 +310,14 @@ def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
 
 
 def job_fields(cfg: DictConfig) -> dict:
+    """The job's identity in `result.json` (whatever of it resolves: a job with a broken config still reports)."""
+    try:
+        return _job_fields(cfg)
+    except Exception as error:
+        return {"task": OmegaConf.select(cfg, "task.name", default=None), "config_error": str(error).splitlines()[0]}
+
+
+def _job_fields(cfg: DictConfig) -> dict:
     return {"task": cfg.task.name, "dataset": cfg.dataset.name, "model": cfg.model.name,
             "scenario": cfg.scenario.name, "method": cfg.method.name if cfg.method is not None else "all",
             "seed_train": cfg.seeds.train, "seed_unlearn": cfg.seeds.unlearn, "seed_eval": cfg.seeds.eval,
@@ -271,8 +332,20 @@ def versions() -> dict:
             "python": platform.python_version()}
 
 
+def json_safe(value):
+    """`value` with every non-finite float (NaN, ±inf) as None: strict JSON has no such numbers, and a metric that
+    overflowed is not a measurement."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
+
+
 def write_json(path: Path, content: dict) -> None:
-    write_atomically(path, json.dumps(content, indent=1, allow_nan=False))
+    write_atomically(path, json.dumps(json_safe(content), indent=1, allow_nan=False))
 
 
 def finished(path: Path) -> bool:
@@ -280,6 +353,18 @@ def finished(path: Path) -> bool:
         return json.loads(path.read_text()).get("status") == "complete"
     except (OSError, ValueError):
         return False
+
+
+def publish(path: Path, result: dict) -> None:
+    """Write `result.json` whole or not at all. Where it cannot be written (a full disk, a read-only folder) the
+    sweep cannot record anything more: stop it with one line, leaving every file already written intact."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, result)
+    except OSError as error:
+        what = str(error) if isinstance(error, WriteError) else f"cannot write {path}: {error.strerror or error}"
+        raise SystemExit(f"unlearnbench: {what}; the sweep stops (finished jobs are kept: rerun the same command to "
+                         f"resume)") from None
 
 
 def run_job(cfg: DictConfig) -> dict:
@@ -300,13 +385,15 @@ def run_job(cfg: DictConfig) -> dict:
         if not fabric.is_global_zero:  # under SLURM every task runs the job: rank 0 alone writes
             return {}
     if outcome.trace:
-        log.error("%s failed:\n%s", folder.name, outcome.trace)
-    result = {"schema": SCHEMA, "status": "failed" if outcome.error else "complete", "error": outcome.error,
+        log.error("%s failed: %s (the traceback is in the job's log file)", folder.name, outcome.error)
+        log.error("the traceback:\n%s", outcome.trace, extra=FILE_ONLY)
+    status, error = outcome.status
+    result = {"schema": SCHEMA, "status": status, "error": error,
               "job": job_fields(cfg), "versions": versions(), "numerics": outcome.numerics, "started": started,
               "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "cache": outcome.cache, "timings": outcome.timings, "records": outcome.records}
-    folder.mkdir(parents=True, exist_ok=True)
-    write_json(path, result)
+              "cache": outcome.cache, "timings": outcome.timings, "failures": outcome.failures,
+              "records": outcome.records}
+    publish(path, result)
     global idle_since
     idle_since = time.time()
     if result["status"] == "complete" and cfg.runtime.print_table:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -150,9 +151,52 @@ class ImageSource(ABC):
 
     def build(self, train_images: Tensor, train_labels: Tensor, test_images: Tensor, test_labels: Tensor,
               classes: list[str], **groups) -> ImageData:
-        return ImageData(self.name, standard_layout(train_images), train_labels.long(), standard_layout(test_images),
+        data = ImageData(self.name, standard_layout(train_images), train_labels.long(), standard_layout(test_images),
                          test_labels.long(), list(classes), self.mean, self.std, standard_targets=self.targets,
                          **groups)
+        check_pools(data)
+        return data
+
+
+def one_line(error: BaseException) -> str:
+    """A library exception as one line, for the tail of a `UserError` that replaces it."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def check_labels(labels: Tensor | np.ndarray, count: int, origin: str, what: str = "label") -> None:
+    """Fail unless every label indexes the `count` classes: one outside them means a damaged or foreign file, and
+    would otherwise surface only deep inside training (as an index error, or a device-side assert on a GPU)."""
+    if len(labels) == 0:
+        return
+    low, high = int(labels.min()), int(labels.max())
+    if low < 0 or high >= count:
+        raise UserError(f"{origin}: {what} {low if low < 0 else high} is out of range for {count} classes; "
+                        f"valid: 0 to {count - 1}")
+
+
+def check_pools(data: ImageData) -> None:
+    """What training and scoring assume of every loader's result, whatever its files: non-empty pools, one label
+    (and one sub-class label) per image, labels that index the class lists, train and test images of one shape."""
+    for pool, groups in (("train", data.train_groups), ("test", data.test_groups)):
+        images, labels = data.pool(pool)
+        origin = f"dataset {data.name}, {pool} pool"
+        if len(images) == 0:
+            raise UserError(f"{origin}: no samples, so nothing to train on or score")
+        for what, values, count in (("label", labels, len(data.classes)),
+                                    ("sub-class label", groups, len(data.group_names or []))):
+            if values is None:
+                continue
+            if len(values) != len(images):
+                raise UserError(f"{origin}: {len(images)} images but {len(values)} {what}s; the counts must match")
+            check_labels(values, count, origin, what)
+    if data.train_images.shape[1:] != data.test_images.shape[1:]:
+        raise UserError(f"dataset {data.name}: train images are {shape_text(data.train_images)} but test images "
+                        f"{shape_text(data.test_images)}; both pools must hold images of one shape")
+
+
+def shape_text(images: Tensor) -> str:
+    return " × ".join(str(d) for d in images.shape[1:])
 
 
 def standard_layout(images: Tensor) -> Tensor:

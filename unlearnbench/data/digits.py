@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from unlearnbench.data.base import ImageData, ImageSource
+from unlearnbench.errors import UserError
 
 
 def stratified_split(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -25,6 +26,9 @@ class Digits(ImageSource):
 
     def __init__(self, test_fraction: float = 0.2, split_seed: int = 0, **kwargs) -> None:
         super().__init__(**kwargs)
+        if not isinstance(test_fraction, int | float) or not 0 < test_fraction < 1:
+            raise UserError(f"dataset {self.name}: test_fraction {test_fraction} is outside (0, 1); at 0 or 1 the "
+                            f"train or the test pool would be empty")
         self.test_fraction = test_fraction
         self.split_seed = split_seed
 

@@ -65,9 +65,32 @@ class Scenario(ABC):
     def check(self, target: object, data: ImageData) -> str:
         """The canonical string of a valid target, or a `UserError` that lists the valid ones."""
 
-    @abstractmethod
     def split(self, data: ImageData, target: str, generator: torch.Generator) -> Splits:
-        """The four splits for `target`; `generator` (from the unlearning seed) draws any random choice."""
+        """The four splits for `target`; `generator` (from the unlearning seed) draws any random choice.
+
+        None may be empty: an empty split would leave a method nothing to forget or train on, or a metric nothing
+        to score, and the job would record a row of missing values instead of saying why.
+        """
+        splits = self.divide(data, target, generator)
+        for split, subset in splits.items():
+            if len(subset) == 0:
+                raise UserError(f"scenario {self.name}, target {target}: {EMPTY[split]}; choose another target")
+        return splits
+
+    @abstractmethod
+    def divide(self, data: ImageData, target: str, generator: torch.Generator) -> Splits:
+        """The four splits for `target`, unchecked."""
+
+
+EMPTY = {
+    "forget_train": "D_f (forget_train) is empty: the target has no training sample, so there is nothing to forget",
+    "retain_train": "D_r (retain_train) is empty: every training sample is forgotten, so there is nothing to retrain "
+                    "on",
+    "forget_test": "D'_f (forget_test) is empty: the target has no test sample, so its test accuracy cannot be "
+                   "measured",
+    "retain_test": "D'_r (retain_test) is empty: no test sample lies outside the target, so the retained test "
+                   "accuracy cannot be measured",
+}
 
 
 def where(mask: Tensor) -> Tensor:
@@ -87,7 +110,7 @@ class FullClass(Scenario):
     def check(self, target: object, data: ImageData) -> str:
         return data.classes[find_name(target, data.classes, "class", data.name)]
 
-    def split(self, data: ImageData, target: str, generator: torch.Generator) -> Splits:
+    def divide(self, data: ImageData, target: str, generator: torch.Generator) -> Splits:
         c = data.classes.index(target)
         return by_mask(data, data.train_labels == c, data.test_labels == c)
 
@@ -101,7 +124,7 @@ class SubClass(Scenario):
                             f"dataset {data.name} has none")
         return data.group_names[find_name(target, data.group_names, "sub-class", data.name)]
 
-    def split(self, data: ImageData, target: str, generator: torch.Generator) -> Splits:
+    def divide(self, data: ImageData, target: str, generator: torch.Generator) -> Splits:
         g = data.group_names.index(target)
         return by_mask(data, data.train_groups == g, data.test_groups == g)
 
@@ -119,15 +142,24 @@ class RandomSample(Scenario):
             fraction = float(target)
         except (TypeError, ValueError):
             raise UserError(f"scenario {self.name}: target '{target}' is not a fraction; "
-                            f"give fractions in (0, 1], e.g. scenario.targets=[0.1]") from None
-        if not 0 < fraction <= 1:
-            raise UserError(f"scenario {self.name}: fraction {target} is outside (0, 1]")
+                            f"give fractions in (0, 1), e.g. scenario.targets=[0.1]") from None
+        if not 0 < fraction <= 1:  # (1 itself is told below: it leaves no retained sample)
+            raise UserError(f"scenario {self.name}: fraction {target} is outside (0, 1)")
+        n = data.train_labels.numel()
+        if forget_count(str(fraction), n) >= n:
+            raise UserError(f"scenario {self.name}: random-sample fraction {fraction} leaves no retained sample "
+                            f"(it forgets all {n} training samples); valid: (0, 1)")
         return str(fraction)
 
-    def split(self, data: ImageData, target: str, generator: torch.Generator) -> Splits:
+    def divide(self, data: ImageData, target: str, generator: torch.Generator) -> Splits:
         n = data.train_labels.numel()
         order = torch.randperm(n, generator=generator).to(data.device)
         forget = torch.zeros(n, dtype=torch.bool, device=data.device)
-        forget[order[: math.ceil(Fraction(target) * n)]] = True  # exact: 0.1 · 1440 is 144
+        forget[order[: forget_count(target, n)]] = True
         forget_train = Subset(data, "train", where(forget))
         return Splits(forget_train, Subset(data, "train", where(~forget)), forget_train, full_pool(data, "test"))
+
+
+def forget_count(fraction: str, n: int) -> int:
+    """ceil(c·n), exact: 0.07 · 100 is 7, where the floating-point product (7.000000000000001) would give 8."""
+    return math.ceil(Fraction(fraction) * n)

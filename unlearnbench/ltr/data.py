@@ -7,6 +7,7 @@ to its longest query, so scoring and NDCG run over all queries at once.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,12 +54,67 @@ def group(features: np.ndarray, labels: np.ndarray, qids: np.ndarray) -> Queries
     return Queries(padded, padded_labels, np.diff(offsets), unique[np.argsort(first, kind="stable")])
 
 
-def read_letor(path: Path, features: int = FEATURES) -> Queries:
-    """A LETOR text file (svmlight with `qid:` and a `#` comment tail)."""
-    from sklearn.datasets import load_svmlight_file
+LINE_FORM = "a LETOR line reads 'REL qid:QID 1:v 2:v … #comment'"
 
-    matrix, labels, qids = load_svmlight_file(str(path), n_features=features, query_id=True)
-    return group(matrix.toarray(), labels.astype(np.int64), qids)
+
+def parse_line(tokens: list[str], features: int) -> tuple[int, int, list[float]]:
+    """Relevance, qid and the dense feature row of one line's tokens (its comment removed); a `ValueError` says what
+    is wrong. Relevance must be a whole number ≥ 0 (−1 marks padding), feature indices increase within 1…features,
+    values are finite numbers."""
+    if not tokens[0].isdigit():
+        raise ValueError(f"relevance '{tokens[0]}' is not a whole number ≥ 0")
+    if len(tokens) < 2:
+        raise ValueError("missing qid: the line ends where qid:QID belongs")
+    if not tokens[1].startswith("qid:") or not tokens[1][4:].isdigit():
+        raise ValueError(f"missing qid: '{tokens[1]}' stands where qid:QID (a whole number) belongs")
+    row, last = [0.0] * features, 0
+    for token in tokens[2:]:
+        index, colon, value = token.partition(":")
+        if not colon or not index.isdigit():
+            raise ValueError(f"token '{token}' is not INDEX:VALUE")
+        if not 1 <= int(index) <= features:
+            raise ValueError(f"feature index {index} is outside 1…{features}")
+        if int(index) <= last:
+            raise ValueError(f"feature index {index} follows {last}; indices must increase along a line")
+        last = int(index)
+        row[last - 1] = feature_value(index, value)
+    return int(tokens[0]), int(tokens[1][4:]), row
+
+
+def feature_value(index: str, value: str) -> float:
+    """A finite float: a NaN or an infinity would spread through every score of its query."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise ValueError(f"feature {index} has the value '{value}', not a finite number")
+    return number
+
+
+def read_letor(path: Path, features: int = FEATURES, remedy: str = "") -> Queries:
+    """A LETOR text file (svmlight with `qid:` and a `#` comment tail), every line checked: a damaged line is a
+    `UserError` naming the file, the line and what is wrong, followed by `remedy` (where to get a good copy)."""
+    suffix = f"; {remedy}" if remedy else ""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")  # stray bytes are reported by line, below
+    except OSError as error:
+        raise UserError(f"{path}: cannot be read ({type(error).__name__}: {error}){suffix}") from error
+    rows, labels, qids = [], [], []
+    for number, line in enumerate(text.split("\n"), start=1):
+        tokens = line.split("#", 1)[0].split()
+        if not tokens:
+            continue
+        try:
+            label, qid, row = parse_line(tokens, features)
+        except ValueError as error:
+            raise UserError(f"{path}:{number}: {error}; {LINE_FORM}{suffix}") from None
+        rows.append(row)
+        labels.append(label)
+        qids.append(qid)
+    if not rows:
+        raise UserError(f"{path}: no documents; {LINE_FORM}{suffix}")
+    return group(np.array(rows, dtype=np.float64), np.array(labels, dtype=np.int64), np.array(qids, dtype=np.int64))
 
 
 def format_letor(queries: Queries) -> str:
@@ -119,7 +175,9 @@ class Mq2007(LetorSource):
             raise UserError(f"dataset {self.name}: missing {missing[0]}; get MQ2007.rar (LETOR 4.0) from Microsoft "
                             f"Research and unpack it so that {self.root}/MQ2007/Fold1..5 exist (or set "
                             f"dataset.root); nothing is downloaded at run time")
-        return LetorData(self.name, read_letor(folder / "train.txt"), read_letor(folder / "test.txt"))
+        remedy = "get a good copy of MQ2007.rar (LETOR 4.0) from Microsoft Research and unpack it again"
+        return LetorData(self.name, read_letor(folder / "train.txt", remedy=remedy),
+                         read_letor(folder / "test.txt", remedy=remedy))
 
 
 def synthetic_queries(rng: np.random.Generator, count: int, weights: np.ndarray, zero_columns: np.ndarray,
@@ -168,4 +226,6 @@ class SyntheticLetor(LetorSource):
         folder = self.folder()
         if not (folder / "train.txt").is_file():
             self.generate(folder)
-        return LetorData(self.name, read_letor(folder / "train.txt"), read_letor(folder / "test.txt"))
+        remedy = f"delete {folder} and it is written again"
+        return LetorData(self.name, read_letor(folder / "train.txt", remedy=remedy),
+                         read_letor(folder / "test.txt", remedy=remedy))

@@ -91,14 +91,15 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                              seeds["train"], seeds["unlearn"])
         monitor = CostMonitor(torch.device("cpu"))
         for method in methods:
-            with outcome.timed(f"method:{method.name}"), monitor.measure() as cost:
-                rounds = method.unlearn(trained, task)
-            with outcome.timed(f"evaluation:{method.name}"):
-                curve(outcome, target, method.name, "unlearned", ndcg.curve(np.array(rounds.globals)),
-                      len(trained.globals))
-            final = rounds.globals[-1] if rounds.globals else trained.final
-            outcome.add(target, method.name, "unlearned",
-                        {("online_ndcg", None): discounted(rounds.online),
-                         ("weight_distance", None): float(np.linalg.norm(trained.final - final)),
-                         **cost_scores(method.cost(cost, task))})
+            with outcome.isolated(target, method.name):
+                with outcome.timed(f"method:{method.name}"), monitor.measure() as cost:
+                    rounds = method.unlearn(trained, task)
+                with outcome.timed(f"evaluation:{method.name}"):
+                    curve(outcome, target, method.name, "unlearned", ndcg.curve(np.array(rounds.globals)),
+                          len(trained.globals))
+                final = rounds.globals[-1] if rounds.globals else trained.final
+                outcome.add(target, method.name, "unlearned",
+                            {("online_ndcg", None): discounted(rounds.online),
+                             ("weight_distance", None): float(np.linalg.norm(trained.final - final)),
+                             **cost_scores(method.cost(cost, task))})
     return outcome

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
+from unlearnbench.config import AT_LEAST_1, Range
 from unlearnbench.ltr.data import LetorData
 from unlearnbench.ltr.federation import (
     ModelPoisoning,
@@ -65,6 +67,8 @@ class FederatedMethod(Method):
 class InteractingMethod(FederatedMethod):
     """A method whose clients keep interacting after training: `interactions_per_round` queries per client and
     round (5, the training budget, by default)."""
+
+    ranges: ClassVar[dict[str, Range]] = {"interactions_per_round": AT_LEAST_1}
 
     def __init__(self, name: str, interactions_per_round: int = 5) -> None:
         super().__init__(name)

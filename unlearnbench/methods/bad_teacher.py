@@ -16,10 +16,13 @@ moment estimates underflow there and the model turns into NaN.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from unlearnbench.config import Range
 from unlearnbench.data.base import Subset
 from unlearnbench.methods.base import Method, UnlearningTask, setting
 from unlearnbench.runtime.train import descend, float_logits
@@ -40,6 +43,7 @@ def bad_teacher_loss(student_logits: Tensor, targets: Tensor, temperature: float
 
 
 class BadTeacher(Method):
+    ranges: ClassVar[dict[str, Range]] = {"retain_fraction": Range(0, 1, low_open=True)}
     deterministic = False
 
     def __init__(self, name: str, retain_fraction: float = 0.3, batch_size: int | dict = 256, epochs: int = 1,

@@ -16,6 +16,7 @@ import torch
 from lightning_fabric import Fabric
 from torch import Tensor, nn
 
+from unlearnbench.config import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range
 from unlearnbench.data.base import ImageData, Subset
 from unlearnbench.data.scenarios import Scenario, Splits
 from unlearnbench.data.transforms import Normalizer
@@ -87,9 +88,38 @@ def setting(value: Any, task: UnlearningTask) -> Any:
     return value
 
 
+# Ranges of the hyperparameters many methods share, by argument name; a method adds its own in `ranges`.
+SHARED_RANGES: dict[str, Range] = {
+    "epochs": AT_LEAST_1, "lr": POSITIVE, "momentum": Range(0, 1, high_open=True), "weight_decay": AT_LEAST_0,
+    "batch_size": AT_LEAST_1, "forget_batch_size": AT_LEAST_1, "temperature": POSITIVE,
+}
+
+
+def leaves(value: Any) -> list:
+    """The plain values of an option that may be a mapping by model, dataset or scenario, or a list."""
+    if isinstance(value, Mapping):
+        return [leaf for item in value.values() for leaf in leaves(item)]
+    if isinstance(value, list | tuple):
+        return [leaf for item in value for leaf in leaves(item)]
+    return [value]
+
+
 class Method(ABC):
     task: ClassVar[str] = "image_classification"
     deterministic: ClassVar[bool] = False  # same M_u for every unlearning seed, given M_o, in targeted scenarios
+    ranges: ClassVar[dict[str, Range]] = {}  # this method's own option ranges (besides SHARED_RANGES)
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """One `UserError` naming every option outside its range (`components.build` calls this before the
+        constructor, so a bad value fails before any work)."""
+        ranges = dict(SHARED_RANGES)
+        for klass in reversed(cls.__mro__):
+            ranges |= vars(klass).get("ranges", {})
+        problems = [f"method.{name}={value!r} is not valid; valid: {ranges[name]}" for name, value in options.items()
+                    if name in ranges and not all(ranges[name].admits(leaf) for leaf in leaves(value))]
+        if problems:
+            raise UserError(f"method {options.get('name', cls.__name__)}: {'; '.join(problems)}")
 
     def __init__(self, name: str) -> None:
         self.name = name

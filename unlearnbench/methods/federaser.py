@@ -13,13 +13,17 @@ instead of Ũ; this is the intended algorithm.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
+from unlearnbench.config import AT_LEAST_1, Range
 from unlearnbench.ltr.federation import HONEST, QueryCursor, Rounds, TrainedFederation
 from unlearnbench.ltr.unlearning import FederatedTask, InteractingMethod
 
 
 class FedEraser(InteractingMethod):
+    ranges: ClassVar[dict[str, Range]] = {"calibration_interval": AT_LEAST_1}
     def __init__(self, name: str, interactions_per_round: int = 5, calibration_interval: int = 5) -> None:
         super().__init__(name, interactions_per_round)
         self.calibration_interval = calibration_interval

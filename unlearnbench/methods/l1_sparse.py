@@ -11,9 +11,12 @@ batch 256 (the authors' argument defaults), α = 1e-4 (spec: α ≈ 1e-4; the au
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import Tensor, nn
 
+from unlearnbench.config import AT_LEAST_0, Range
 from unlearnbench.methods.base import Method, UnlearningTask, setting
 from unlearnbench.runtime.train import cross_entropy_epochs
 
@@ -29,6 +32,7 @@ def l1_norm(params: list[Tensor]) -> Tensor:
 
 
 class L1Sparse(Method):
+    ranges: ClassVar[dict[str, Range]] = {"alpha": AT_LEAST_0}
     def __init__(self, name: str, epochs: int = 10, lr: float = 0.01, momentum: float = 0.9,
                  weight_decay: float = 5e-4, alpha: float = 1e-4, batch_size: int = 256) -> None:
         super().__init__(name)

@@ -17,10 +17,12 @@ rather than replaying the same batches (`itertools.cycle` replays its first pass
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import ClassVar
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from unlearnbench.config import Range
 from unlearnbench.methods.base import Method, UnlearningTask, setting
 from unlearnbench.runtime.train import Batches, descend, float_logits
 
@@ -48,6 +50,7 @@ def endless(batches: Batches) -> Iterator[tuple[Tensor, Tensor]]:
 
 
 class NegGradPlus(Method):
+    ranges: ClassVar[dict[str, Range]] = {"alpha": Range(0, 1)}
     def __init__(self, name: str, epochs: int = 10, lr: float = 0.01, momentum: float = 0.9,
                  weight_decay: float = 0.0, alpha: float = 0.95, batch_size: int = 256,
                  forget_batch_size: int = 256) -> None:

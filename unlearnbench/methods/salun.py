@@ -23,11 +23,14 @@ ranking would only cover each rank's shard, and DeepSpeed's ZeRO keeps gradients
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from lightning_fabric import Fabric
 from torch import Tensor, nn
 
+from unlearnbench.config import Range
 from unlearnbench.data.base import Subset
 from unlearnbench.methods.base import Method, UnlearningTask, random_other_labels, setting
 from unlearnbench.runtime.train import Batches, float_logits
@@ -58,6 +61,7 @@ def saliency_mask(fabric: Fabric, model: nn.Module, forget: Batches, fraction: f
 
 
 class SalUn(Method):
+    ranges: ClassVar[dict[str, Range]] = {"mask_fraction": Range(0, 1, low_open=True)}
     def __init__(self, name: str, epochs: int = 10, lr: float = 0.01, momentum: float = 0.9,
                  weight_decay: float = 5e-4, batch_size: int = 256, mask_fraction: float = 0.5) -> None:
         super().__init__(name)

@@ -18,11 +18,13 @@ runs Adam with weight decay 0.1 for 10 epochs, the spec the authors' SGD setting
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from unlearnbench.config import AT_LEAST_0, AT_LEAST_1, Range
 from unlearnbench.methods.base import Method, UnlearningTask, setting
 from unlearnbench.runtime.train import Batches, descend, float_logits
 
@@ -41,6 +43,8 @@ def decayed_lr(lr: float, epoch: int, decay_epochs: Sequence[int], rate: float) 
 
 
 class Scrub(Method):
+    ranges: ClassVar[dict[str, Range]] = {"msteps": AT_LEAST_0, "gamma": AT_LEAST_0, "alpha": AT_LEAST_0,
+                                          "lr_decay_epochs": AT_LEAST_1, "lr_decay_rate": Range(0, 1, low_open=True)}
     def __init__(self, name: str, epochs: int = 5, msteps: int = 3, lr: float = 5e-4, momentum: float = 0.9,
                  weight_decay: float = 5e-4, temperature: float = 2.0, gamma: float = 1.0, alpha: float = 0.5,
                  batch_size: int = 32, forget_batch_size: int = 64, lr_decay_epochs: Sequence[int] = (3, 5, 9),

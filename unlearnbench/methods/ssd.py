@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +46,7 @@ from lightning_fabric.strategies import DeepSpeedStrategy, FSDPStrategy
 from lightning_fabric.wrappers import is_wrapped
 from torch import Tensor, nn
 
+from unlearnbench.config import AT_LEAST_0, Range
 from unlearnbench.data.base import Subset
 from unlearnbench.errors import UserError
 from unlearnbench.methods.base import Method, UnlearningTask, setting
@@ -128,6 +130,7 @@ def dampen(model: nn.Module, importance_forget: dict[str, Tensor], importance_fu
 
 
 class SSD(Method):
+    ranges: ClassVar[dict[str, Range]] = {"alpha": AT_LEAST_0, "lam": AT_LEAST_0}
     deterministic = True
     loss_kind = "cross_entropy"  # the importance's loss (LOSSES) and how gradients accumulate (MAGNITUDES)
     magnitude = "square"

@@ -25,6 +25,7 @@ strategies (they allow no second optimizer, which the noise needs) and float16 m
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +33,7 @@ from lightning_fabric import Fabric
 from lightning_fabric.strategies import DeepSpeedStrategy
 from torch import Tensor, nn
 
+from unlearnbench.config import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range
 from unlearnbench.data.base import Subset
 from unlearnbench.data.scenarios import Scenario, SubClass
 from unlearnbench.data.transforms import Normalizer, to_unit
@@ -112,6 +114,10 @@ class NoisyBatches:
 
 
 class Unsir(Method):
+    ranges: ClassVar[dict[str, Range]] = {
+        "retain_per_class": AT_LEAST_1, "noise_images": AT_LEAST_1, "noise_steps": AT_LEAST_0, "noise_lr": POSITIVE,
+        "noise_weight": AT_LEAST_0, "noise_copies": AT_LEAST_1, "impair_batch_size": AT_LEAST_1,
+        "repair_batch_size": AT_LEAST_1, "impair_epochs": AT_LEAST_0, "repair_epochs": AT_LEAST_0}
     deterministic = False
 
     def __init__(self, name: str, retain_per_class: int = 500, noise_images: int = 32,

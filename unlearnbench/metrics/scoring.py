@@ -1,6 +1,7 @@
 """Scores of one model, and of one model against the retrained one, for every split of a scenario.
 
-Each model's logits on the two pools (train, test) are computed once; a split is a row selection of them.
+Each model's logits on the two pools (train, test) are computed once; a split is a row selection of them. A metric
+that cannot be computed (an empty split, a diverged model's NaN or inf) is None, never an exception.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from unlearnbench.data.base import ImageData, Subset, full_pool
@@ -30,12 +32,32 @@ class Outputs:
     params: dict[str, Tensor]
 
     def logits(self, subset: Subset) -> Tensor:
-        return (self.train if subset.pool == "train" else self.test)[subset.indices.cpu()]
+        """The rows of `subset`; a row with a NaN or ±inf (a diverged model) is all NaN, so that every metric of a
+        split holding it is None: softmax would make [−inf, 0, 0] a valid output, and argmax a NaN a prediction."""
+        rows = (self.train if subset.pool == "train" else self.test)[subset.indices.cpu()]
+        return rows.masked_fill(~torch.isfinite(rows).all(1, keepdim=True), math.nan)
+
+    def non_finite(self) -> str | None:
+        """Why this model is diverged (its parameters or logits hold NaN or inf), or None when all are finite."""
+        reasons = []
+        bad = [name for name, value in self.params.items() if not bool(torch.isfinite(value).all())]
+        if bad:
+            more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+            reasons.append(f"non-finite parameters in {bad[0]}{more}")
+        for pool, logits in (("train", self.train), ("test", self.test)):
+            rows = int((~torch.isfinite(logits)).flatten(1).any(1).sum()) if logits.numel() else 0
+            if rows:
+                reasons.append(f"non-finite logits on {rows} of {len(logits)} {pool} samples")
+        return "; ".join(reasons) or None
 
 
-def finite(value: float) -> float | None:
-    """NaN (a metric of an empty split) becomes None, which JSON can hold."""
-    return None if value is None or math.isnan(value) else value
+def labels_of(subset: Subset) -> Tensor:
+    return subset.labels[subset.indices].cpu()
+
+
+def finite(value: float | None) -> float | None:
+    """NaN (a metric of an empty split or a diverged model) and ±inf become None: strict JSON holds neither."""
+    return None if value is None or not math.isfinite(value) else value
 
 
 class Scorer:
@@ -50,39 +72,52 @@ class Scorer:
         """The same draw for every model scored: the attackers see the same samples (common random numbers)."""
         return streams(purpose, self.seed_eval, self.target).numpy
 
+    def loss_nonmembers(self) -> Subset:
+        """The non-members of the loss attacker: unseen samples of D_f's kind, so that it tests membership.
+
+        In the targeted scenarios (full_class, sub_class) that is D'_f, the test samples of the forgotten class: the
+        whole test set would let the attacker separate the forgotten class from the others by loss, and the
+        retrained model itself would score near 1. In the random-sample scenario D'_f is D_f itself (pool "train";
+        README, "Metrics") and the whole test set is drawn from the same distribution as D_f.
+        """
+        forget_test = self.splits.forget_test
+        return forget_test if forget_test.pool == "test" else full_pool(forget_test.data, "test")
+
     def model_scores(self, out: Outputs) -> Scores:
         scores: Scores = {}
         for split, subset in self.splits.items():
-            logits, labels = out.logits(subset), subset.labels[subset.indices].cpu()
+            logits, labels = out.logits(subset), labels_of(subset)
             scores["acc", split] = finite(fn.accuracy(logits, labels))
             scores["loss", split] = finite(fn.mean_loss(logits, labels))
         forget, retain = self.splits.forget_train, self.splits.retain_train
         member_entropy = fn.entropy(fn.probabilities(out.logits(retain)))
-        test_entropy = fn.entropy(fn.probabilities(out.test))
+        test_entropy = fn.entropy(fn.probabilities(out.logits(full_pool(forget.data, "test"))))
         forget_entropy = fn.entropy(fn.probabilities(out.logits(forget)))
         scores["mia", "forget_train"] = finite(fn.entropy_mia(
             member_entropy, test_entropy, forget_entropy, self.mia_max_members, self.rng("mia")))
-        forget_loss = fn.per_sample_loss(out.logits(forget), forget.labels[forget.indices].cpu())
-        test_loss = fn.per_sample_loss(out.test, forget.data.test_labels.cpu())
+        unseen = self.loss_nonmembers()
+        forget_loss = fn.per_sample_loss(out.logits(forget), labels_of(forget))
+        unseen_loss = fn.per_sample_loss(out.logits(unseen), labels_of(unseen))
         scores["mia_loss", "forget_train"] = finite(fn.loss_mia(
-            forget_loss, test_loss, self.mia_loss_folds, self.rng("mia_loss")))
+            forget_loss, unseen_loss, self.mia_loss_folds, self.rng("mia_loss")))
         return scores
 
     def comparison_scores(self, out_u: Outputs, scores_u: Scores, out_r: Outputs, scores_r: Scores) -> Scores:
         """Model `u` against the retrained model `r` (whose own scores are `scores_r`)."""
-        scores: Scores = {("layer_distance", None): fn.layer_distance(out_u.params, out_r.params)}
+        scores: Scores = {("layer_distance", None): finite(fn.layer_distance(out_u.params, out_r.params))}
         for split, subset in self.splits.items():
             logits_u, logits_r = out_u.logits(subset), out_r.logits(subset)
             probs_u, probs_r = fn.probabilities(logits_u), fn.probabilities(logits_r)
             scores["activation_distance", split] = finite(fn.activation_distance(probs_r, probs_u))
-            scores["js_divergence", split] = finite(fn.js_divergence(probs_r, probs_u))
+            scores["js_divergence", split] = finite(fn.js_divergence(fn.log_probabilities(logits_r),
+                                                                     fn.log_probabilities(logits_u)))
             scores["completeness", split] = finite(fn.completeness(logits_r, logits_u))
         for (metric, split), value in scores_u.items():
             other = scores_r.get((metric, split))
             if metric in ("acc", "loss", "mia") and value is not None and other is not None:
-                scores[f"delta_{metric}", split] = value - other
+                scores[f"delta_{metric}", split] = finite(value - other)
         deltas = [scores.get(("delta_acc", s)) for s in ("retain_train", "forget_train", "retain_test")]
-        scores["tow", None] = None if None in deltas else fn.tug_of_war(*deltas)
+        scores["tow", None] = None if None in deltas else finite(fn.tug_of_war(*deltas))
         return scores
 
 

@@ -10,7 +10,8 @@ Vocabulary (spec/metrics.md, "Statistics across seeds"):
 - records with a `round` (the ranking task's NDCG@10 per round) enter the statistics with their last round only;
   every round goes into `summary.csv` and the trajectory figures.
 
-Only complete jobs enter the statistics (a failed job's partial records stay in `results.csv`, with its status).
+Only complete jobs enter the statistics (a failed job's partial records stay in `results.csv`, with its status),
+and only finite values: an inf or nan counts as missing (`collect` warns about them).
 When two jobs hold the same row for the same seeds (two sweeps of the same design given together, or the reference
 rows of M_o and M_r, which every method's job repeats), the first one in folder order is kept.
 """
@@ -108,7 +109,8 @@ def prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[str]]:
         if column not in data:
             data[column] = ""
         data[column] = data[column].astype(object).fillna("").astype(str)
-    data["value"] = pd.to_numeric(data["value"], errors="coerce")
+    values = pd.to_numeric(data["value"], errors="coerce").astype(float)
+    data["value"] = values.where(np.isfinite(values))  # inf or nan: missing, never averaged into a mean
     for column in ["round", *SEEDS]:
         data[column] = pd.to_numeric(data[column], errors="coerce") if column in data else np.nan
     data = data.dropna(subset=["seed_train"])

@@ -6,20 +6,26 @@
     seed_variance.csv              σ_T², σ_U² with intervals, ICC, I, J per row of the study
     wasserstein.csv                W2(A(i), B) spread over the training seeds i, with the permutation null
     wasserstein_by_seed.csv        W2(A(i), B) and its null for every training seed i
-    report.md                      the tables in Markdown, warnings, figures, failed jobs
+    report.md                      the tables in Markdown, warnings, figures, failed jobs and methods
     figures/*.png
+
+Every file is written whole or not at all (a temporary file renamed into place): a crash or a full disk leaves the
+previous version or none, never a part. A file that cannot be written stops the build with one `WriteError` line
+naming it and the reason.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from unlearnbench.files import atomic_path, make_folder
 from unlearnbench.report import stats
 from unlearnbench.report.analysis import Study, analyse
-from unlearnbench.report.collect import load_results, mixed_numerics
+from unlearnbench.report.collect import load_results, mixed_numerics, read_warnings
 
 
 @dataclass
@@ -42,24 +48,32 @@ def _parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def write(path: Path, writer: Callable[[Path], object]) -> Path:
+    """`writer(temporary path)`, then the file renamed into place; a `WriteError` if it cannot be written."""
+    with atomic_path(path) as temporary:
+        writer(temporary)
+    return path
+
+
 def build_report(folders: list[Path], out: Path, figures: bool = True,
                  permutations: int = stats.NULL_PERMUTATIONS) -> Report:
-    """Build the report of the `result.json` files under `folders` into `out`; the jobs that did not complete are
-    listed in its failed section and returned in `Report.failed`."""
+    """Build the report of the `result.json` files under `folders` into `out`; the jobs that did not complete (and
+    the files that are not results) are listed in its failed section and returned in `Report.failed`.
+
+    Raises `WriteError` (an `OSError`; its message: `cannot write <file>: <reason>`) when a report file cannot be
+    written; no partial or temporary file is left behind."""
     from unlearnbench.report.markdown import render
 
     frame, jobs = load_results(folders)
     failed = [job for job in jobs if job["status"] != "complete"]
-    out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "results.csv", index=False)
-    _parquet_safe(frame).to_parquet(out / "results.parquet", index=False)
+    make_folder(out)
+    write(out / "results.csv", lambda path: frame.to_csv(path, index=False))
+    write(out / "results.parquet", lambda path: _parquet_safe(frame).to_parquet(path, index=False))
     study = analyse(frame, permutations)
-    study.summary.to_csv(out / "summary.csv", index=False)
-    study.table.to_csv(out / "table.csv", index=False)
-    study.variance.to_csv(out / "seed_variance.csv", index=False)
-    study.wasserstein.to_csv(out / "wasserstein.csv", index=False)
-    study.wasserstein_by_seed.to_csv(out / "wasserstein_by_seed.csv", index=False)
-    warnings = list(study.warnings)
+    for name, table in (("summary", study.summary), ("table", study.table), ("seed_variance", study.variance),
+                        ("wasserstein", study.wasserstein), ("wasserstein_by_seed", study.wasserstein_by_seed)):
+        write(out / f"{name}.csv", lambda path, table=table: table.to_csv(path, index=False))
+    warnings = [*study.warnings, *read_warnings(jobs)]
     mixed = mixed_numerics(jobs)
     if mixed:
         warnings.append(mixed)
@@ -73,7 +87,7 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
         paths, problems = draw(study, out / "figures")
         warnings += problems
     text = render(study, jobs, failed, [Path(f) for f in folders], paths, warnings, out)
-    (out / "report.md").write_text(text)
+    write(out / "report.md", lambda path: path.write_text(text, encoding="utf-8"))
     return Report(out, jobs, failed, study, paths, warnings)
 
 
@@ -82,3 +96,15 @@ def failure_lines(failed: list[dict], total: int) -> list[str]:
         return []
     lines = [f"{len(failed)} of {total} jobs failed:"] if total > 1 else []
     return lines + [f"FAILED {Path(job['folder']).name}: {job['error']}" for job in failed]
+
+
+def failed_methods(jobs: list[dict]) -> list[dict]:
+    """The methods that failed or diverged inside jobs that completed otherwise, one dict each (folder, target,
+    method, error); a failed job's own failures are already told by its error."""
+    return [{"folder": job["folder"], **failure} for job in jobs if job.get("status") == "complete"
+            for failure in job.get("failures") or []]
+
+
+def method_failure_lines(failures: list[dict]) -> list[str]:
+    return [f"FAILED {Path(f['folder']).name}: target {f['target']}, method {f['method']}: "
+            f"{str(f['error']).splitlines()[0] if f['error'] else ''}" for f in failures]

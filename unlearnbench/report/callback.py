@@ -1,6 +1,7 @@
 """Hydra callback: build the report from the files on disk when a sweep ends, even when jobs failed.
 
-Hydra skips `on_multirun_end` when a job raised, so jobs never raise: they record their errors in `result.json`.
+Hydra skips `on_multirun_end` when a job raised, so jobs never raise: they record their errors in `result.json`
+(and a method that failed inside a job that went on, in its `failures`).
 The report is built from those files (not from in-memory job returns, which other launchers do not bring back),
 and the console script exits non-zero when any job failed. An error while building the report is reported the same
 way: the sweep's results stay on disk, and `unlearnbench-report DIR` rebuilds the report.
@@ -16,35 +17,58 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from unlearnbench.report.build import build_report, failure_lines
+from unlearnbench.files import WriteError
+from unlearnbench.report.build import build_report, failed_methods, failure_lines, method_failure_lines
 
 failed_jobs: list[dict] = []  # read by the console script after Hydra returns
 
 
-def announce(failed: list[dict], total: int) -> None:
-    failed_jobs.extend(failed)
-    for line in failure_lines(failed, total):
+def announce(failed: list[dict], total: int, methods: list[dict] = ()) -> None:
+    """Print one line per failed job and per failed method; remember them for the exit code."""
+    failed_jobs.extend([*failed, *methods])
+    for line in [*failure_lines(failed, total), *method_failure_lines(list(methods))]:
         print(line, file=sys.stderr)
 
 
 def report(folder: Path) -> None:
-    """Build `folder/report/` from every result.json under `folder`; announce failed jobs."""
+    """Build `folder/report/` from every result.json under `folder`; announce failed jobs and methods."""
     try:
         built = build_report([folder], folder / "report")
+    except WriteError as error:  # a full disk or a read-only folder: one line, the results stay on disk
+        announce([{"folder": str(folder / "report"), "error": f"the report was not written: {error}"}], 1)
+        return
     except Exception as error:
         traceback.print_exc()
         announce([{"folder": str(folder / "report"), "error": f"the report failed: {type(error).__name__}: "
                                                                 f"{error}"}], 1)
         return
-    announce(built.failed, len(built.jobs))
+    announce(built.failed, len(built.jobs), failed_methods(built.jobs))
     print(f"report: {folder / 'report'}")
 
 
 class ReportCallback(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Check the sweep's options before any job starts: one line and exit code 2 for a value out of range."""
+        from omegaconf import OmegaConf
+
+        from unlearnbench.components import build
+        from unlearnbench.config import validate
+        from unlearnbench.errors import UserError
+
+        try:
+            validate(config)
+            if config.get("method") is not None:  # its options' ranges (the method's own `check_options`)
+                build(OmegaConf.to_container(config.method, resolve=True), "method")
+        except UserError as error:
+            raise SystemExit(f"unlearnbench: {error}") from None
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
-        if sweep.exists():
-            report(sweep)
+        if not any(sweep.glob("*/result.json")):
+            announce([{"folder": str(sweep), "error": "the sweep ran no job (an empty sweep range, such as "
+                                                      "range(0)?)"}], 1)
+            return
+        report(sweep)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         report(Path(config.hydra.runtime.output_dir))

@@ -12,6 +12,10 @@ Per configuration (dataset · model · scenario):
   σ_U² stacked (averaged over targets), the ICC above each bar.
 - `trajectory_<config>_<metric>.png` for records with a `round` (the ranking task): mean ± std across all seeds per
   method and round, one panel per target.
+
+Each PNG is written whole or not at all (`atomic_path`); a figure that cannot be written stops the report with a
+`WriteError` (a full disk is not a figure's problem to hide), any other failure of a kind of figure becomes a
+warning.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from unlearnbench.files import WriteError, atomic_path, make_folder, remove_file
 from unlearnbench.report.analysis import Study, label, matching
 
 FIGURE_METRICS = [("acc", "forget_test"), ("acc", "retain_test"), ("delta_acc", "forget_test"),
@@ -56,7 +61,8 @@ def configurations(study: Study, frame: pd.DataFrame) -> list[tuple[tuple, pd.Da
 def _save(figure: Figure, path: Path, handles: list | None = None) -> Path:
     if handles:
         figure.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=8, frameon=False)
-    figure.savefig(path, dpi=DPI, metadata={"Software": None})
+    with atomic_path(path) as temporary:
+        figure.savefig(temporary, format="png", dpi=DPI, metadata={"Software": None})
     return path
 
 
@@ -215,15 +221,24 @@ def trajectories(study: Study, folder: Path) -> list[Path]:
 
 
 def draw(study: Study, folder: Path) -> tuple[list[Path], list[str]]:
-    """Every figure into `folder` (PNG files of an earlier build there are removed first); (paths, problems)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.glob("*.png"):
-        old.unlink()
+    """Every figure into `folder`; (paths, problems). PNG files of an earlier build that this one did not redraw are
+    removed at the end: until then (and when a figure cannot be written) the earlier ones stay whole."""
+    make_folder(folder)
     paths, problems = [], []
     kinds = (designs, wasserstein, variance, trajectories) if study.has_seed_spread else (trajectories,)
     for kind in kinds:
         try:
             paths += kind(study, folder)
+        except WriteError:
+            raise
         except Exception as error:  # a figure never costs the report its tables
             problems.append(f"figures ({kind.__name__}) failed: {type(error).__name__}: {error}")
+    remove_stale(folder, paths)
     return paths, problems
+
+
+def remove_stale(folder: Path, paths: list[Path]) -> None:
+    """Remove the PNG files of `folder` that are not among `paths` (an earlier build's figures, which the report no
+    longer shows)."""
+    for old in sorted(set(folder.glob("*.png")) - set(paths)):
+        remove_file(old)

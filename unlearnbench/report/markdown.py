@@ -1,4 +1,5 @@
-"""`report.md`: the tables of a `Study` as Markdown, best values marked, warnings, figures and failed jobs."""
+"""`report.md`: the tables of a `Study` as Markdown, best values marked, warnings, figures, failed jobs and failed
+methods."""
 
 from __future__ import annotations
 
@@ -208,4 +209,23 @@ def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Pat
         lines.append("")
     else:
         lines += ["None.", ""]
+    lines += failed_methods(jobs)
     return "\n".join(lines)
+
+
+def first_line(error: object) -> str:
+    return (str(error or "").strip().splitlines() or ["no error recorded"])[0][:500]
+
+
+def failed_methods(jobs: list[dict]) -> list[str]:
+    """The methods that failed or diverged in jobs that otherwise completed (their `failures`), one line each; no
+    section when there are none."""
+    failures = [(job, failure) for job in jobs for failure in job.get("failures") or []]
+    if not failures:
+        return []
+    lines = [f"## Failed methods ({len(failures)})", "",
+             "Methods that failed or diverged in a job whose other methods completed (the job counts as complete).", ""]
+    for job, failure in failures:
+        method, error = failure.get("method") or "–", first_line(failure["error"])
+        lines.append(f"- `{job['folder']}`: target {failure['target']}, method {method}: {error}")
+    return [*lines, ""]

@@ -2,20 +2,29 @@
 
 An entry `<root>/<key>/` holds `weights.safetensors`, `meta.json` (with the sha256 of the weights) and a `COMPLETE`
 marker written last. Writers build the entry in a temporary folder and publish it with an atomic rename; a file lock
-only avoids duplicate work. Readers trust an entry only when COMPLETE exists and the weights' hash matches; anything
-else is rebuilt. Weights are never unpickled.
+only avoids duplicate work. Readers trust an entry only when COMPLETE exists, the weights' hash matches and the
+reader accepts it (e.g. its tensors fit the model); anything else is rebuilt. Weights are never unpickled.
+
+Housekeeping: a failed write removes its temporary folder; scratch folders (`.tmp-*`, `.stale-*`) are named after
+their writer's host and pid, so that the first use of a cache removes those whose writer is certainly dead. A cache
+folder that is not writable (a read-only copy or mount) still serves its entries, read without the lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import hashlib
 import json
 import logging
 import os
+import re
 import shutil
+import socket
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,9 +33,14 @@ from filelock import FileLock
 from lightning_fabric import Fabric
 from safetensors.torch import load_file, save_file
 
+from unlearnbench.errors import UserError
+
 log = logging.getLogger(__name__)
 
 WEIGHTS, META, COMPLETE = "weights.safetensors", "meta.json", "COMPLETE"
+SCRATCH_PREFIXES = (".tmp-", ".stale-")
+SCRATCH_NAME = re.compile(r"\.(?:tmp|stale)-[0-9a-f]{16}-(?P<host>[A-Za-z0-9._]+)-(?P<pid>\d+)-[0-9a-f]{32}")
+LEFTOVER_AGE_S = 24 * 3600  # far longer than any write: past it, a scratch folder is abandoned whoever made it
 
 
 def cache_key(parts: dict) -> str:
@@ -46,6 +60,59 @@ def file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
+@functools.cache
+def writer_host() -> str:
+    """This machine as scratch-folder names record it: the hostname plus, on Linux, the PID namespace, so that
+    containers sharing a hostname (host networking) but not their process IDs never judge each other's pids."""
+    host = socket.gethostname()
+    with contextlib.suppress(OSError):
+        host += "." + re.sub(r"\D", "", os.readlink("/proc/self/ns/pid"))
+    return re.sub(r"[^A-Za-z0-9.]", "_", host)
+
+
+def scratch_name(kind: str, key: str) -> str:
+    """`.tmp-…` or `.stale-…`, unique, naming the writer so that a sweep can tell whether it is still alive."""
+    return f".{kind}-{key[:16]}-{writer_host()}-{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` of this host may still run (True when unsure: a sweep must never remove live work)."""
+    if pid <= 0 or os.name == "nt":  # 0 and negatives address process groups; on Windows os.kill terminates
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, under another user
+        return True
+    return True
+
+
+def abandoned(path: Path, now: float) -> bool:
+    """A scratch folder whose writer is certainly gone: a dead pid on this host, or older than LEFTOVER_AGE_S.
+
+    A young folder of another host is kept: on a shared filesystem its writer may be alive."""
+    named = SCRATCH_NAME.fullmatch(path.name)
+    if named and named["host"] == writer_host() and not pid_alive(int(named["pid"])):
+        return True
+    return now - path.lstat().st_mtime > LEFTOVER_AGE_S
+
+
+def remove(path: Path) -> None:
+    """Delete a scratch folder; housekeeping never fails a job, so an error is logged (a later sweep retries)."""
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:  # never made, or removed by another sweep
+        pass
+    except OSError as error:
+        log.warning("could not remove cache scratch folder %s (%s); carrying on", path, error)
+
+
+def unwritable(error: OSError) -> bool:
+    """Whether `error` says the folder refuses writes (permissions, a read-only mount), not that something broke."""
+    return isinstance(error, PermissionError) or error.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
 @dataclass
 class Entry:
     key: str
@@ -57,12 +124,13 @@ class Entry:
 class ModelCache:
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root)
+        self.swept = False
 
     def folder(self, key: str) -> Path:
         return self.root / key
 
-    def read(self, key: str) -> Entry | None:
-        """The entry if it is complete and intact; otherwise None, after logging why."""
+    def read(self, key: str, accept: Callable[[Entry], bool] | None = None) -> Entry | None:
+        """The entry if it is complete, intact and accepted by `accept`; otherwise None, after logging why."""
         folder = self.folder(key)
         if not folder.exists():
             return None
@@ -78,12 +146,52 @@ class ModelCache:
         except (OSError, ValueError, KeyError, TypeError) as error:
             log.warning("cache entry %s is unreadable (%s): rebuilding it", key[:12], error)
             return None
-        return Entry(key, state, meta, hit=True)
+        entry = Entry(key, state, meta, hit=True)
+        if accept is not None and not accept(entry):
+            log.warning("cache entry %s is intact but does not fit its reader: rebuilding it", key[:12])
+            return None
+        return entry
+
+    def sweep(self) -> None:
+        """Remove the scratch folders of dead writers, once per instance: a listing of the root, so it stays cheap.
+
+        Never raises: a job must not fail because of housekeeping."""
+        if self.swept:
+            return
+        self.swept = True
+        try:
+            now = time.time()
+            for path in self.root.iterdir():
+                with contextlib.suppress(FileNotFoundError):  # removed meanwhile by another sweep
+                    if path.name.startswith(SCRATCH_PREFIXES) and abandoned(path, now):
+                        log.info("removing %s, left by a writer that is gone", path)
+                        remove(path)
+        except Exception as error:
+            log.warning("could not sweep the scratch folders of cache %s (%s); carrying on", self.root, error)
 
     def publish(self, key: str, state: dict[str, torch.Tensor], meta: dict) -> dict:
-        """Write into a temporary folder on the same filesystem, fsync, rename into place, then mark COMPLETE."""
+        """Write into a temporary folder on the same filesystem, fsync, rename into place, then mark COMPLETE.
+
+        Whatever interrupts the write, its temporary folder is removed before the error propagates."""
         self.root.mkdir(parents=True, exist_ok=True)
-        temporary = self.root / f".tmp-{key[:16]}-{uuid.uuid4().hex}"
+        self.sweep()
+        temporary = self.root / scratch_name("tmp", key)
+        try:
+            meta = self.write(temporary, state, meta)
+            published = self.replace(key, temporary)
+        except BaseException:
+            remove(temporary)
+            raise
+        if published:
+            marker = self.folder(key) / COMPLETE
+            marker.write_text(meta["sha256"])
+            with open(marker, "rb") as f:
+                os.fsync(f.fileno())
+        return meta
+
+    @staticmethod
+    def write(temporary: Path, state: dict[str, torch.Tensor], meta: dict) -> dict:
+        """Weights and meta (with the weights' hash) in a new folder `temporary`, flushed to disk."""
         temporary.mkdir()
         weights = temporary / WEIGHTS
         save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, weights)
@@ -92,39 +200,69 @@ class ModelCache:
         for path in (weights, temporary / META):
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
+        return meta
+
+    def replace(self, key: str, temporary: Path) -> bool:
+        """Rename `temporary` into place; False when another writer published first (then theirs is kept)."""
         target = self.folder(key)
         if target.exists():  # a broken entry (the lock holder decided to rebuild it): move it out of the way
-            stale = self.root / f".stale-{key[:16]}-{uuid.uuid4().hex}"
+            stale = self.root / scratch_name("stale", key)
             os.rename(target, stale)
-            shutil.rmtree(stale, ignore_errors=True)
+            remove(stale)
         try:
             os.rename(temporary, target)
         except OSError:  # another writer published first (possible where flock is a no-op): keep theirs
-            shutil.rmtree(temporary, ignore_errors=True)
-            return meta
-        marker = target / COMPLETE
-        marker.write_text(meta["sha256"])
-        with open(marker, "rb") as f:
-            os.fsync(f.fileno())
-        return meta
+            remove(temporary)
+            return False
+        return True
+
+    @contextlib.contextmanager
+    def locked(self, key: str) -> Iterator[bool]:
+        """Hold `key`'s lock (True), or nothing (False) where the cache folder is not writable: nothing can be
+        written there, so there is no duplicate work to avoid and an entry can only be read."""
+        lock = FileLock(str(self.root / f"{key}.lock"))  # lock files are never deleted (that would race)
+        held = self.acquire(lock)
+        try:
+            if held:
+                self.sweep()
+            yield held
+        finally:
+            if held:
+                lock.release()
+
+    def acquire(self, lock: FileLock) -> bool:
+        """Create the root and take `lock`; False, holding nothing, when the folder refuses writes."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            lock.acquire()
+        except OSError as error:
+            if not unwritable(error):
+                raise
+            log.info("cache folder %s is not writable (%s): reading it without a lock", self.root, error)
+            return False
+        return True
 
     def get_or_build(self, key: str, build: Callable[[], tuple[dict[str, torch.Tensor], dict]],
-                     group: Fabric | None = None) -> Entry:
+                     group: Fabric | None = None, accept: Callable[[Entry], bool] | None = None) -> Entry:
         """A cached entry, or `build()`'s (state, meta) published under `key`; a second caller waits, not rebuilds.
 
-        With a Fabric `group` of several ranks, rank 0 alone takes the lock, reads and writes; it tells the others
-        whether the entry was found, and on a miss every rank runs `build()` together (it trains in parallel).
+        `accept(entry)` may reject an intact entry (e.g. tensors that do not fit the model): it is then rebuilt,
+        like a damaged one. With a Fabric `group` of several ranks, rank 0 alone takes the lock, reads and writes;
+        it tells the others whether the entry was found, and on a miss every rank runs `build()` together (it trains
+        in parallel). A cache folder that is not writable serves its entries; a miss there is a UserError.
         """
         leader = group is None or group.is_global_zero
-        if leader:
-            self.root.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.root / f"{key}.lock")) if leader else contextlib.nullcontext()
-        with lock:  # lock files are never deleted (that would race)
-            found = self.read(key) if leader else None
-            hit = found is not None if group is None else group.broadcast(found is not None)
-            if not hit:
+        with (self.locked(key) if leader else contextlib.nullcontext(True)) as writable:
+            found = self.read(key, accept) if leader else None
+            outcome = "hit" if found is not None else "miss" if writable else "unwritable"
+            if group is not None:
+                outcome = group.broadcast(outcome)
+            if outcome == "unwritable":
+                raise UserError(f"cache folder {self.root} is not writable and has no entry for this model; make it "
+                                "writable or choose another with paths.cache_dir=...")
+            if outcome == "miss":
                 state, meta = build()
                 if leader:
                     meta = self.publish(key, state, meta)
                 return Entry(key, state, meta, hit=False)
-        return found if leader else self.read(key)
+        return found if leader else self.read(key, accept)

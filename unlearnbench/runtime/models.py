@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,6 +19,8 @@ from unlearnbench.runtime.cache import Entry, ModelCache, cache_key, tensor_dige
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.seeding import global_seed, streams
 from unlearnbench.runtime.train import train_recipe
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -55,8 +58,10 @@ class ModelStore:
         self.recipe = recipe
         self.identity = {**identity, "version": __version__}
         self.channels_last = channels_last
-        with torch.device("meta"):  # names only: no memory, no draw from any RNG
-            self.parameter_names = [name for name, _ in factory().named_parameters()]
+        with torch.device("meta"):  # names and shapes only: no memory, no draw from any RNG
+            reference = factory()
+            self.parameter_names = [name for name, _ in reference.named_parameters()]
+            self.shapes = {name: tuple(tensor.shape) for name, tensor in reference.state_dict().items()}
 
     def new(self, seed: int) -> nn.Module:
         """A freshly initialised model: PyTorch's initialisers draw from the global RNG, seeded here for them."""
@@ -73,6 +78,20 @@ class ModelStore:
     def formatted(self, model: nn.Module) -> nn.Module:
         """channels_last memory format: the fast path for convolutions on CPUs and with mixed precision on GPUs."""
         return model.to(memory_format=torch.channels_last) if self.channels_last else model
+
+    def fits(self, entry: Entry) -> bool:
+        """Whether a cached state has exactly this model's tensor names and shapes. An entry that does not (written by
+        other model code under a colliding key, or copied by hand) would fail every run in `load_state_dict`;
+        rejecting it here has it rebuilt instead, like a damaged one."""
+        shapes = {name: tuple(tensor.shape) for name, tensor in entry.state.items()}
+        if shapes == self.shapes:
+            return True
+        missing, unexpected = sorted(self.shapes.keys() - shapes.keys()), sorted(shapes.keys() - self.shapes.keys())
+        resized = sorted(name for name in self.shapes.keys() & shapes.keys() if self.shapes[name] != shapes[name])
+        log.warning("cache entry %s does not fit the model: %d missing tensors %s, %d unexpected %s, %d resized %s",
+                    entry.key[:12], len(missing), missing[:3], len(unexpected), unexpected[:3], len(resized),
+                    resized[:3])
+        return False
 
     def parameters_of(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
         return {name: state[name] for name in self.parameter_names}
@@ -96,7 +115,7 @@ class ModelStore:
                     "seed": seed, "samples": len(subset)}
             return full_state_dict(self.fabric, model), meta
 
-        entry = self.cache.get_or_build(key, train, group=self.group)
+        entry = self.cache.get_or_build(key, train, group=self.group, accept=self.fits)
         meta = entry.meta
         cost = Cost(meta.get("time_s"), meta.get("memory_gib"), meta.get("utilisation_pct"))
         module = self.fabric.setup_module(self.load(entry.state))

@@ -1,4 +1,4 @@
-"""Cost of one call: wall time, peak memory above the level before it, and utilisation (spec/metrics.md).
+"""Cost of one call: wall time, peak memory above the level before it, and utilisation (README, "Metrics").
 
 A background thread samples at 10 Hz: on CUDA, NVML's per-process utilisation samples (de-duplicated by their
 timestamps) and PyTorch's allocator peak; on the CPU, the resident memory of the process tree, and the process's
@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from uuid import UUID
 
 import psutil
 import torch
@@ -43,23 +44,73 @@ def tree_rss(process: psutil.Process) -> int:
     return total
 
 
+def nvml_now() -> int:
+    """The current time in the unit of NVML's sample timestamps: microseconds since the epoch."""
+    return int(time.time() * 1e6)
+
+
+def nvml_uuid(props) -> str | None:
+    """NVML's spelling of a torch device's UUID, "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"."""
+    uuid = getattr(props, "uuid", None)
+    if uuid is None:
+        return None
+    raw = getattr(uuid, "bytes", None)
+    text = str(UUID(bytes=bytes(raw))) if raw is not None else str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
+def nvml_pci_bus_id(props) -> str | None:
+    """NVML's spelling of a torch device's PCI address, "DDDDDDDD:BB:DD.0", where torch reports it."""
+    try:
+        return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def nvml_handle(nvml, device_index: int):
+    """The NVML handle of torch's device `device_index`.
+
+    NVML numbers every GPU of the machine while torch numbers the visible ones (CUDA_VISIBLE_DEVICES=2 makes
+    NVML's GPU 2 torch's cuda:0), so the device is found by its UUID, else its PCI bus id; the torch index is the
+    last resort, right only when all GPUs are visible in NVML's order.
+    """
+    try:
+        props = torch.cuda.get_device_properties(device_index)
+    except Exception:  # no properties: only the index is left
+        props = None
+    lookups = (("nvmlDeviceGetHandleByUUID", nvml_uuid), ("nvmlDeviceGetHandleByPciBusId", nvml_pci_bus_id))
+    for function, key_of in lookups:
+        key = key_of(props) if props is not None else None
+        if key is None or not hasattr(nvml, function):
+            continue
+        try:
+            return getattr(nvml, function)(key)
+        except Exception as error:  # NVMLError: not found, not supported (a MIG slice's UUID)
+            log.debug("NVML: %s(%s) failed: %s", function, key, error)
+    return nvml.nvmlDeviceGetHandleByIndex(device_index)
+
+
 class NvmlUtilisation:
-    """Time-averaged SM utilisation of this process on one GPU, from NVML's sample buffer."""
+    """Time-averaged SM utilisation of this process on one GPU, from NVML's sample buffer.
+
+    Created when the measured call starts: NVML keeps a buffer of past samples, and only those after that moment
+    (NVML returns the samples newer than `last_seen`) belong to the call.
+    """
 
     def __init__(self, device_index: int) -> None:
         import pynvml
 
         self.nvml = pynvml
         pynvml.nvmlInit()
-        self.handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+        self.handle = nvml_handle(pynvml, device_index)
         self.pid = os.getpid()
-        self.last_seen = 0
+        self.started = self.last_seen = nvml_now()
         self.samples: dict[int, int] = {}
 
     def sample(self) -> None:
         try:
             for s in self.nvml.nvmlDeviceGetProcessUtilization(self.handle, self.last_seen):
-                if s.pid == self.pid:
+                if s.pid == self.pid and s.timeStamp >= self.started:
                     self.samples[s.timeStamp] = s.smUtil
                     self.last_seen = max(self.last_seen, s.timeStamp)
         except self.nvml.NVMLError:
@@ -81,7 +132,7 @@ class CostMonitor:
     def measure(self) -> Iterator[Cost]:
         cost = Cost()
         cuda = self.device.type == "cuda"
-        gpu_util = self.open_nvml(cost) if cuda else None
+        gpu_util = None
         stop = threading.Event()
         peak_rss = [tree_rss(self.process)]
 
@@ -97,6 +148,8 @@ class CostMonitor:
             allocated_before = torch.cuda.memory_allocated(self.device)
         rss_before = peak_rss[0]
         cpu_before = self.process.cpu_times()
+        if cuda:
+            gpu_util = self.open_nvml(cost)  # last: NVML's samples count from here
         thread = threading.Thread(target=sample, daemon=True)
         thread.start()
         start = time.perf_counter()
@@ -134,7 +187,8 @@ class CostMonitor:
 
     def open_nvml(self, cost: Cost) -> NvmlUtilisation | None:
         try:
-            return NvmlUtilisation(self.device.index or 0)
+            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            return NvmlUtilisation(index)
         except Exception as error:  # no NVML library, no permission, a MIG slice: report null, never 0
             cost.notes.append(f"utilisation_pct: NVML unavailable ({error})")
             return None
