@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install demo test lint bench readme-table clean
+.PHONY: install demo test lint bench readme-table study clean
 
 install: $(VENV)/.installed
 
@@ -30,6 +30,9 @@ bench: install
 readme-table: install  # rerun the demo from an empty cache and rewrite README.md's table, naming this machine
 	$(BIN)/python scripts/readme_demo_table.py
 
+study: install  # the seed study's Figure 1 on digits (about 10 minutes on 2 cores): docs/seed_study.png, README block
+	$(BIN)/python scripts/seed_study.py --readme
+
 clean:
-	rm -rf multirun_outputs outputs .cache .pytest_cache .ruff_cache build dist *.egg-info
+	rm -rf multirun_outputs outputs seed_study .cache .pytest_cache .ruff_cache build dist *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -39,22 +39,15 @@ def block(result: dict) -> str:
     return f"{BEGIN}\n{text}\n\n```\n{table}\n```\n{END}"
 
 
-def replace_block(text: str, new: str) -> str:
-    if text.count(BEGIN) != 1 or text.count(END) != 1:
-        raise SystemExit(f"README.md must hold exactly one {BEGIN} … {END} block")
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    return text[:start] + new + text[end:]
-
-
 def main() -> None:
     readme = REPO / "README.md"
     with tempfile.TemporaryDirectory() as tmp:
         result = run_demo(Path(tmp))
     if result["status"] != "complete":
         raise SystemExit(f"the demo failed: {result['error']}")
-    from unlearnbench.files import write_atomically
+    from unlearnbench.files import replace_block, write_atomically
 
-    write_atomically(readme, replace_block(readme.read_text(), block(result)))
+    write_atomically(readme, replace_block(readme.read_text(), BEGIN, END, block(result)))
     print(f"README.md: demo table regenerated on {result['numerics']['id']}")
 
 

@@ -1,4 +1,4 @@
-"""The artifact cache (DESIGN.md, spec/runtime.md): publish, validate, rebuild, key, concurrency, pickle."""
+"""The artifact cache (README, "Cache"): publish, validate, rebuild, key, concurrency, pickle."""
 
 from __future__ import annotations
 

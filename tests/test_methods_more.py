@@ -4,6 +4,7 @@ that method (what they achieve in a job: test_outcomes.py)."""
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,13 +19,16 @@ from unlearnbench.data.base import full_pool
 from unlearnbench.data.cifar import Cifar100
 from unlearnbench.data.digits import Digits
 from unlearnbench.data.scenarios import FullClass, SubClass
+from unlearnbench.errors import UserError
 from unlearnbench.methods import l1_sparse, neggrad_plus
+from unlearnbench.methods.base import setting
 from unlearnbench.methods.l1_sparse import l1_norm, l1_weight
 from unlearnbench.methods.neggrad_plus import neggrad_loss
-from unlearnbench.methods.salun import saliency_mask, top_fraction
+from unlearnbench.methods.salun import MaskedTrainer, saliency_mask, top_fraction
 from unlearnbench.methods.scrub import Scrub, distill_kl
 from unlearnbench.models.resnet import ResNet18
 from unlearnbench.runtime.seeding import global_seed
+from unlearnbench.runtime.train import Batches
 
 METHODS = ["gradient_ascent", "neggrad_plus", "scrub", "salun", "l1_sparse"]
 
@@ -150,21 +154,66 @@ def test_scrub_kl_is_the_tempered_kl_scaled_by_t_squared():
     assert torch.allclose(distill_kl(teacher, teacher, 2.0), torch.zeros(()), atol=1e-6)
 
 
-def test_scrub_max_steps_only_in_the_first_msteps_epochs(digits, trained, monkeypatch):
+def scrub_passes(digits, trained, monkeypatch, **options) -> tuple[list, object]:
+    """The passes SCRUB runs (kind, set size, batch size, lr, optimiser class), with the passes themselves stubbed."""
     passes = []
 
     def spy(kind):
         def record(self, student, teacher, optimizer, batches, task):
-            passes.append((kind, len(batches.subset), optimizer.param_groups[0]["lr"]))
+            passes.append((kind, len(batches.subset), batches.batch_size, optimizer.param_groups[0]["lr"],
+                           type(optimizer.optimizer).__name__))
         return record
 
     monkeypatch.setattr(Scrub, "max_pass", spy("max"))
     monkeypatch.setattr(Scrub, "min_pass", spy("min"))
     task, load = digits_task(digits, trained)
-    method("scrub").unlearn(load(), task)
+    method("scrub", **options).unlearn(load(), task)
+    return passes, task
+
+
+def test_scrub_on_digits_runs_the_small_scale_notebook_schedule(digits, trained, monkeypatch):
+    passes, task = scrub_passes(digits, trained, monkeypatch)
+    n_forget, n_retain = len(task.splits.forget_train), len(task.splits.retain_train)
+    lr = [5e-4 * 0.1 ** sum(epoch > e for e in (5, 8, 9)) for epoch in range(1, 11)]  # decay after 5, 8, 9
+    expected = []
+    for epoch in range(1, 11):  # Adam; max passes in epochs 1-3 (batch 64), a min pass (batch 32) in all 10
+        expected += [("max", n_forget, 64, lr[epoch - 1], "Adam")] * (epoch <= 3)
+        expected += [("min", n_retain, 32, lr[epoch - 1], "Adam")]
+    assert passes == expected
+
+
+def test_scrub_max_steps_only_in_the_first_msteps_epochs(digits, trained, monkeypatch):
+    passes, task = scrub_passes(digits, trained, monkeypatch, optimizer="sgd", epochs=5, msteps=3,
+                                lr_decay_epochs=[3, 5, 9], batch_size=256, forget_batch_size=512)
     n_forget, n_retain = len(task.splits.forget_train), len(task.splits.retain_train)
     high, low = 5e-4, 5e-4 * 0.1
-    assert passes == [("max", n_forget, high), ("min", n_retain, high)] * 3 + [("min", n_retain, low)] * 2
+    assert passes == [("max", n_forget, 512, high, "SGD"), ("min", n_retain, 256, high, "SGD")] * 3 + \
+        [("min", n_retain, 256, low, "SGD")] * 2
+
+
+def resolved(name: str, dataset: str) -> dict:
+    """The method's YAML options as `setting` resolves them for a dataset (model resnet18, full-class)."""
+    config = OmegaConf.to_container(compose_config([f"+method={name}"]).method, resolve=True)
+    task = SimpleNamespace(model_name="resnet18", data=SimpleNamespace(name=dataset),
+                           scenario=SimpleNamespace(name="full_class"))
+    return {k: setting(v, task) for k, v in config.items() if k not in ("_target_", "name")}
+
+
+def test_scrub_defaults_are_the_large_scale_notebook_and_the_small_scale_one_on_digits():
+    assert resolved("scrub", "cifar10") == {
+        "optimizer": "sgd", "epochs": 3, "msteps": 2, "lr": 5e-4, "momentum": 0.9, "weight_decay": 5e-4,
+        "temperature": 4, "gamma": 0.99, "alpha": 0.001, "batch_size": 256, "forget_batch_size": 512,
+        "lr_decay_epochs": [3, 5, 9], "lr_decay_rate": 0.1}
+    assert resolved("scrub", "digits") == {
+        "optimizer": "adam", "epochs": 10, "msteps": 3, "lr": 5e-4, "momentum": 0.9, "weight_decay": 0.1,
+        "temperature": 2, "gamma": 1.0, "alpha": 0.5, "batch_size": 32, "forget_batch_size": 64,
+        "lr_decay_epochs": [5, 8, 9], "lr_decay_rate": 0.1}
+
+
+def test_scrub_with_adam_refuses_a_float16_model(digits, trained):
+    task, load = digits_task(digits, trained)
+    with pytest.raises(UserError, match="float16"):
+        method("scrub", optimizer="adam").unlearn(load().half(), task)
 
 
 def test_scrub_max_pass_ascends_the_kl_to_the_teacher_on_the_forget_set(digits):
@@ -225,6 +274,73 @@ def test_salun_trains_only_the_salient_weights(digits, trained):
         assert torch.equal(a.detach()[~m], b.detach()[~m])
         changed += int((a.detach() != b.detach())[m].sum())
     assert changed > 0.5 * sum(int(m.sum()) for m in mask)
+
+
+def salun_steps(digits, trained, monkeypatch, **options) -> tuple[list, object]:
+    """Every optimiser step SalUn takes, as (training indices of its batch, its labels); the steps are stubbed."""
+    steps, batch = [], {}
+    original_indexed = Batches.indexed
+
+    def indexed(self):
+        for inputs, labels, where in original_indexed(self):
+            batch["indices"] = self.subset.indices[where]
+            yield inputs, labels, where
+
+    def step(self, inputs, labels):
+        steps.append((batch["indices"], labels.clone()))
+
+    monkeypatch.setattr(Batches, "indexed", indexed)
+    monkeypatch.setattr(MaskedTrainer, "step", step)
+    task, load = digits_task(digits, trained)
+    method("salun", **options).unlearn(load(), task)
+    return steps, task
+
+
+def test_salun_passes_visit_the_relabelled_forget_set_then_the_retain_set_each_epoch(digits, trained, monkeypatch):
+    steps, task = salun_steps(digits, trained, monkeypatch, epochs=2, batch_size=64, mask_fraction=0.5)
+    forget, retain = task.splits.forget_train, task.splits.retain_train
+    true = forget.labels  # the dataset's labels, by training index
+    n_forget_steps = -(-len(forget) // 64)
+    per_epoch = n_forget_steps + -(-len(retain) // 64)
+    assert len(steps) == 2 * per_epoch
+    drawn = []
+    for epoch in (steps[:per_epoch], steps[per_epoch:]):
+        forget_part, retain_part = epoch[:n_forget_steps], epoch[n_forget_steps:]
+        seen, new = torch.cat([i for i, _ in forget_part]), torch.cat([y for _, y in forget_part])
+        assert sorted(seen.tolist()) == sorted(forget.indices.tolist())  # D_f once, first
+        assert not (new == true[seen]).any()  # never the own label (relabel: other)
+        drawn.append(dict(zip(seen.tolist(), new.tolist(), strict=True)))
+        seen = torch.cat([i for i, _ in retain_part])
+        assert sorted(seen.tolist()) == sorted(retain.indices.tolist())  # then D_r once, with its own labels
+        assert all(torch.equal(y, true[i]) for i, y in retain_part)
+    assert drawn[0] != drawn[1]  # labels redrawn every epoch
+
+
+def test_salun_mixed_order_runs_one_stream_and_may_keep_the_own_label_with_relabel_any(digits, trained,
+                                                                                        monkeypatch):
+    steps, task = salun_steps(digits, trained, monkeypatch, epochs=1, batch_size=64, order="mixed",
+                              relabel="any")
+    forget, retain = task.splits.forget_train, task.splits.retain_train
+    seen, labels = torch.cat([i for i, _ in steps]), torch.cat([y for _, y in steps])
+    assert sorted(seen.tolist()) == sorted(torch.cat([forget.indices, retain.indices]).tolist())
+    is_forget = torch.isin(seen, forget.indices)
+    assert not is_forget[: len(forget)].all()  # one shuffled stream: D_f is not visited first
+    own = labels[is_forget] == forget.labels[seen[is_forget]]
+    assert 0 < int(own.sum()) < len(forget)  # drawn among all classes: about 1 in 10 keeps its label
+    assert torch.equal(labels[~is_forget], retain.labels[seen[~is_forget]])
+
+
+def test_salun_order_defaults_follow_the_reference_branch_by_dataset():
+    assert resolved("salun", "cifar10")["order"] == "passes" and resolved("salun", "digits")["order"] == "passes"
+    assert resolved("salun", "cifar100")["order"] == "mixed" and resolved("salun", "cifar20")["order"] == "mixed"
+    assert resolved("salun", "cifar10")["relabel"] == "other"
+
+
+@pytest.mark.parametrize(("name", "option", "value"), [("salun", "order", "interleaved"),
+                                                       ("salun", "relabel", "own"), ("scrub", "optimizer", "rmsp")])
+def test_choice_options_outside_their_choices_are_refused(name, option, value):
+    with pytest.raises(UserError, match=f"method.{option}='{value}' is not valid; valid: one of"):
+        method(name, **{option: value})
 
 
 def test_l1_weight_decays_linearly_from_alpha_to_zero():

@@ -1,5 +1,7 @@
-"""SSD and LFSSD (spec/methods.md): importances and dampening against a hand computation, label-freedom of LFSSD,
-determinism given M_o, the cached full-set importance and its honest cost, and whole jobs."""
+"""SSD (Foster et al., AAAI 2024) and LFSSD (Foster et al., ICLR 2024 Tiny Papers): importances and dampening
+against a hand computation, the reference's order of D_f and D_r per scenario, label-freedom of LFSSD's importance,
+determinism given M_o, the cached full-set importance and its honest cost, and whole jobs. `test_oracle_ssd.py`
+checks the whole method against the reference's loops."""
 
 from __future__ import annotations
 
@@ -18,26 +20,20 @@ from torch import nn
 from unlearnbench.data.base import ImageData, Subset, full_pool
 from unlearnbench.data.cifar import Cifar100
 from unlearnbench.data.digits import Digits
-from unlearnbench.data.scenarios import FullClass, Splits, SubClass
+from unlearnbench.data.scenarios import FullClass, RandomSample, Splits, SubClass
 from unlearnbench.data.transforms import Normalizer
+from unlearnbench.errors import UserError
 from unlearnbench.methods.lfssd import LFSSD
-from unlearnbench.methods.ssd import SSD, dampen, importance
+from unlearnbench.methods.ssd import SSD, dampen, dataset_order, importance, reference_order
 from unlearnbench.models.resnet import ResNet18
 from unlearnbench.runtime.monitor import Cost
-from unlearnbench.runtime.seeding import configure_determinism
 from unlearnbench.runtime.train import Batches
 
 CIFAR_MEAN, CIFAR_STD = [0.5071, 0.4865, 0.4409], [0.2673, 0.2564, 0.2762]
 SPLITS = ("forget_train", "retain_train", "forget_test", "retain_test")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One thread and the deterministic switches, as a job sets them (the runs built by hand here do not)."""
-    threads = torch.get_num_threads()
-    configure_determinism(True, 1, "high")
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # --- hand computation ----------------------------------------------------------------------------------------------
@@ -81,7 +77,8 @@ def by_hand(model: nn.Module, data: ImageData, order: list[int], batch_size: int
 
 @pytest.mark.parametrize("loss_kind, magnitude, loss_of, magnitude_of", [
     ("cross_entropy", "square", F.cross_entropy, torch.square),
-    ("logit_norm", "abs", lambda logits, labels: (logits ** 2).sum(1).mean(), torch.abs),
+    # the reference README's LFSSD loss, norm then square (a sum of squares rounds differently)
+    ("logit_norm", "abs", lambda logits, labels: torch.norm(logits, p="fro", dim=1).pow(2).mean(), torch.abs),
 ])
 def test_importance_is_the_mean_over_batches_of_the_batch_mean_gradient_magnitude(loss_kind, magnitude, loss_of,
                                                                                  magnitude_of):
@@ -217,7 +214,9 @@ def test_same_model_for_every_unlearning_seed_and_another_for_another_original(m
     assert not identical(runs[0], runs[2])
 
 
-def test_lfssd_never_looks_at_a_label(digits, tmp_path):
+def test_lfssd_importance_never_looks_at_a_label(digits, tmp_path):
+    """In pool order permuting the labels leaves LFSSD's M_u as it is (not SSD's). In the reference's order the
+    labels do decide the order of D_r (class by class), though never the loss."""
     scenario = FullClass("full_class")
     task, load = make_task(digits, scenario, "3", resnet(10, 1), cache_dir=tmp_path / "a")
     permuted = replace(digits, train_labels=digits.train_labels[torch.randperm(
@@ -225,7 +224,8 @@ def test_lfssd_never_looks_at_a_label(digits, tmp_path):
     moved = Splits(*(replace(subset, data=permuted) for _, subset in task.splits.items()))  # the same index sets
     task_permuted, _ = make_task(digits, scenario, "3", resnet(10, 1), cache_dir=tmp_path / "b")
     task_permuted = replace(task_permuted, data=permuted, splits=moved)
-    for method, same in ((LFSSD("lfssd", alpha=2.0), True), (SSD("ssd", alpha=2.0), False)):
+    for method, same in ((LFSSD("lfssd", alpha=2.0, order="dataset"), True),
+                         (SSD("ssd", alpha=2.0, order="dataset"), False)):
         a = method.unlearn(load(), task).state_dict()
         b = method.unlearn(load(), task_permuted).state_dict()
         assert identical(a, b) is same, method.name
@@ -267,6 +267,62 @@ def test_full_set_importance_is_cached_and_its_time_is_reported(digits, tmp_path
     lfssd_task, load = make_task(digits, scenario, "3", resnet(10, 1), cache_dir=tmp_path / "cache")
     LFSSD("lfssd").unlearn(load(), lfssd_task)  # another loss, another artefact
     assert len([p for p in (tmp_path / "cache").iterdir() if (p / "COMPLETE").exists()]) == 2
+    SSD("ssd", order="dataset").unlearn(load(), lfssd_task)  # another order of D, another artefact
+    assert len([p for p in (tmp_path / "cache").iterdir() if (p / "COMPLETE").exists()]) == 3
+
+
+# --- the order of D_f and D_r -------------------------------------------------------------------------------------
+
+def members(pool_labels: torch.Tensor, value: int | torch.Tensor) -> torch.Tensor:
+    return torch.nonzero(pool_labels == value).flatten()
+
+
+def test_full_class_reference_order_runs_class_by_class(digits):
+    task, _ = make_task(digits, FullClass("full_class"), "3", resnet(10, 1))
+    forget, retain = reference_order(task)
+    labels = digits.train_labels[retain.indices]
+    assert torch.equal(labels, labels.sort().values)  # class after class, in class order ...
+    assert labels.unique().tolist() == [c for c in range(10) if c != 3]
+    for c in labels.unique():  # ... each class in pool order
+        assert torch.equal(retain.indices[labels == c], members(digits.train_labels, c))
+    assert torch.equal(forget.indices, members(digits.train_labels, 3))
+    pool_forget, pool_retain = dataset_order(task)
+    assert torch.equal(pool_forget.indices, forget.indices)
+    assert torch.equal(pool_retain.indices, task.splits.retain_train.indices)
+    assert not torch.equal(pool_retain.indices, retain.indices)  # the digits pool interleaves its classes
+
+
+def test_sub_class_reference_order_runs_fine_class_by_fine_class(cifar20):
+    task, _ = make_task(cifar20, SubClass("sub_class"), "rocket", resnet(20, 3))
+    forget, retain = reference_order(task)
+    rocket = cifar20.group_names.index("rocket")
+    fine = cifar20.train_groups[retain.indices]
+    assert torch.equal(fine, fine.sort().values) and rocket not in fine.tolist()
+    for g in fine.unique():
+        assert torch.equal(retain.indices[fine == g], members(cifar20.train_groups, g))
+    assert torch.equal(forget.indices, members(cifar20.train_groups, rocket))
+    assert not torch.equal(retain.indices, task.splits.retain_train.indices)  # not pool order
+
+
+def test_random_sample_reference_order_is_a_draw_from_the_method_stream(digits):
+    """The sets of the split, each in the order of a uniform permutation (as the reference's `random_split`), drawn
+    from the method's stream: the same draw for the same stream."""
+    task, _ = make_task(digits, RandomSample("random_sample", batch_size=128), "0.1", resnet(10, 1), seed=5)
+    state = task.rng.torch.get_state()
+    forget, retain = reference_order(task)
+    for ordered, split in ((forget, task.splits.forget_train), (retain, task.splits.retain_train)):
+        assert torch.equal(ordered.indices.sort().values, split.indices)
+        assert not torch.equal(ordered.indices, split.indices)
+    task.rng.torch.set_state(state)
+    again = reference_order(task)
+    assert torch.equal(again[0].indices, forget.indices) and torch.equal(again[1].indices, retain.indices)
+
+
+def test_an_unknown_order_is_refused_before_any_work():
+    with pytest.raises(UserError, match="order"):
+        SSD.check_options({"name": "ssd", "order": "sorted"})
+    with pytest.raises(UserError, match="valid: reference, dataset"):
+        LFSSD("lfssd", order="sorted")
 
 
 # --- whole jobs ------------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
-"""Bad Teacher, Random Labels and UNSIR (spec/methods.md): their data, targets and noise checked directly, their
-seeding, UNSIR's fixed reference defects and its refusal of the random-sample scenario, and whole jobs."""
+"""Bad Teacher, Random Labels and UNSIR as the SSD authors' code runs them (github
+if-loops/selective-synaptic-dampening): their data, targets and noise checked directly, their seeding, UNSIR's fixed
+reference defects and its refusal of the random-sample scenario, and whole jobs (the losses against the reference:
+test_oracle_teachers.py)."""
 
 from __future__ import annotations
 

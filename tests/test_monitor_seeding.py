@@ -1,4 +1,4 @@
-"""The cost monitor on the CPU and the per-stage random streams (spec/metrics.md, spec/runtime.md)."""
+"""The cost monitor on the CPU and the per-stage random streams (README: "Metrics", "Reproducibility")."""
 
 from __future__ import annotations
 

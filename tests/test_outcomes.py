@@ -7,7 +7,8 @@ or holds for every single run with a wide margin. The margins come from 24 runs 
 full-class method, training seeds 0-7) under three float trajectories of a 2-core AMD EPYC (AVX2): 1 thread,
 2 threads, and 1 thread with the kernels capped at SSE4.2 (`ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41
 MKL_ENABLE_INSTRUCTIONS=SSE4_2`). The worst value seen is quoted beside each assertion ("worst" is over single runs,
-"worst mean" over every three of the 24 runs).
+"worst mean" over every three of the 24 runs; SCRUB's and SalUn's were measured again, the same way, after their
+defaults moved to the authors' values).
 
 Not asserted, because no margin held: whether SSD, LFSSD, Bad Teacher or UNSIR lower the forget accuracy of one
 model (per run, SSD's D'_f accuracy ranged from 0.70 to 1.30 times the original's, UNSIR's up to 1.55 times; their
@@ -65,9 +66,9 @@ def test_methods_that_train_on_the_retain_set_or_ascend_on_the_forget_set_forget
 
 @pytest.mark.parametrize("method", RELABELLERS)
 def test_relabelling_and_distilling_away_lower_the_forget_set_accuracy(runs, method):
-    for run in runs:  # worst run: 0.075 below the original (scrub)
+    for run in runs:  # worst run: 0.164 below the original (both)
         assert run[method, "acc", "forget_train"] < run["original", "acc", "forget_train"]
-    assert mean(runs, method, "forget_train") < mean(runs, "original", "forget_train") - 0.03  # worst mean −0.10
+    assert mean(runs, method, "forget_train") < mean(runs, "original", "forget_train") - 0.05  # worst mean −0.17
 
 
 @pytest.mark.parametrize("method", RETAIN_KEEPERS)

@@ -8,6 +8,8 @@ import importlib.util
 import pytest
 from helpers import REPO
 
+from unlearnbench.files import replace_block
+
 spec = importlib.util.spec_from_file_location("readme_demo_table", REPO / "scripts" / "readme_demo_table.py")
 readme_table = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(readme_table)
@@ -35,10 +37,10 @@ def test_block_names_the_machine_and_holds_the_job_table():
 def test_replace_block_rewrites_only_between_the_markers():
     begin, end = readme_table.BEGIN, readme_table.END
     text = f"intro\n{begin}\nold table\n{end}\noutro\n"
-    assert readme_table.replace_block(text, f"{begin}\nnew\n{end}") == f"intro\n{begin}\nnew\n{end}\noutro\n"
-    for broken in ("no markers", f"{begin}\n{end}\n{begin}\n{end}"):
-        with pytest.raises(SystemExit, match="exactly one"):
-            readme_table.replace_block(broken, "x")
+    assert replace_block(text, begin, end, f"{begin}\nnew\n{end}") == f"intro\n{begin}\nnew\n{end}\noutro\n"
+    for broken in ("no markers", f"{begin}\n{end}\n{begin}\n{end}", f"{end}\n{begin}"):
+        with pytest.raises(ValueError, match="exactly one"):
+            replace_block(broken, begin, end, "x")
 
 
 def test_the_readme_table_is_a_generated_one():

@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from unlearnbench.report.stats import chi2_interval, graybill_wang, nested_variance, w2, w2_null, w2_nulls
+from unlearnbench.report.stats import (
+    chi2_interval,
+    graybill_wang,
+    nested_variance,
+    sigma_u2_bootstrap,
+    w2,
+    w2_null,
+    w2_null_pairs,
+    w2_nulls,
+)
 
 # ---------------------------------------------------------------------------------------------------------- W2
 
@@ -91,7 +100,9 @@ def test_variance_components_of_a_hand_computed_balanced_grid():
     chi_low, chi_high = scipy_stats.chi2.ppf([0.975, 0.025], 3)
     assert (result.sigma_u2_low, result.sigma_u2_high) == pytest.approx((12 / chi_low, 12 / chi_high))
     assert 0 <= result.sigma_t2_low <= result.sigma_t2 <= result.sigma_t2_high
-    assert result.warnings == ["fewer than 10 training seeds (I = 3): σ_T² is barely identifiable"]
+    assert result.warnings == ["fewer than 10 training seeds (I = 3): σ_T² is barely identifiable",
+                               "fewer than 5 training seeds with two unlearning seeds: σ_U²'s interval is the χ² "
+                               "one, exact only if every training seed has the same variance"]
 
 
 def test_sigma_t2_is_truncated_at_zero():
@@ -139,7 +150,117 @@ def test_interval_coverage_on_simulated_grids(sigma_t2, sigma_u2):
         result = nested_variance(list(z[k]))
         assert (result.msb, result.msw) == pytest.approx((msb[k], msw[k]), rel=1e-10)
         assert (result.sigma_t2_low, result.sigma_t2_high) == pytest.approx((low_t[k], high_t[k]), rel=1e-10)
-        assert (result.sigma_u2_low, result.sigma_u2_high) == pytest.approx((low_u[k], high_u[k]), rel=1e-10)
+        bootstrap = sigma_u2_bootstrap(z[k].var(axis=1, ddof=1))
+        assert (result.sigma_u2_low, result.sigma_u2_high) == pytest.approx(bootstrap, rel=1e-10)
+        if result.homogeneity_p >= 0.05:  # the χ² interval is kept beside it
+            assert (result.sigma_u2_chi2_low, result.sigma_u2_chi2_high) == pytest.approx((low_u[k], high_u[k]),
+                                                                                          rel=1e-10)
+        else:
+            assert math.isnan(result.sigma_u2_chi2_low)
+
+
+def heterogeneous_grids(kind: str, runs: int, count: int = 11, per: int = 11, seed: int = 0):
+    """Simulated I × J grids whose per-training-seed variances var(Z | S = s_i) follow `kind` (σ_T² = 1); returns
+    (the per-seed sample variances, the grids' MSB and MSW, the true σ_U² per grid)."""
+    rng = np.random.default_rng([seed, count, per, len(kind)])
+    if kind == "gamma1":  # var(Z | S = s) ~ Gamma(1), mean 1
+        variances = rng.gamma(1.0, 1.0, (runs, count))
+    elif kind == "gamma_half":
+        variances = rng.gamma(0.5, 2.0, (runs, count))
+    elif kind == "deterministic5":  # 5 of 11 training seeds give one value for every unlearning seed
+        variances = np.ones((runs, count))
+        variances[:, :5] = 0.0
+    else:
+        variances = np.ones((runs, count))
+    errors = rng.standard_t(5, (runs, count, per)) / math.sqrt(5 / 3) if kind == "t5" else rng.standard_normal(
+        (runs, count, per))
+    z = rng.standard_normal((runs, count, 1)) + np.sqrt(variances)[..., None] * errors
+    per_seed = np.where(variances == 0, 0.0, z.var(axis=2, ddof=1))
+    means = z.mean(axis=2)
+    msw = per_seed.mean(axis=1)
+    msb = per * ((means - means.mean(axis=1, keepdims=True)) ** 2).sum(axis=1) / (count - 1)
+    true = 1.0 if kind.startswith("gamma") else variances.mean(axis=1)
+    return per_seed, msb, msw, true
+
+
+# (kind, the bootstrap interval's coverage, the χ² interval's), each measured on 3,000 grids of I = J = 11 (the
+# numbers in sigma_u2_bootstrap's docstring and the README); the tests draw 800 other grids and allow three
+# Monte-Carlo standard errors.
+COVERAGE = [("equal", 0.95, 0.95), ("gamma1", 0.938, 0.542), ("gamma_half", 0.930, 0.423), ("t5", 0.923, 0.789)]
+
+
+@pytest.mark.parametrize(("kind", "bootstrap_coverage", "chi2_coverage"), COVERAGE)
+def test_sigma_u2_intervals_cover_as_documented_when_per_seed_variances_differ(kind, bootstrap_coverage,
+                                                                                 chi2_coverage):
+    runs, count, per = 800, 11, 11
+    per_seed, _, msw, true = heterogeneous_grids(kind, runs, count, per)
+    low, high = sigma_u2_bootstrap(per_seed)
+    chi_low, chi_high = chi2_interval(msw, count * (per - 1))
+    tolerance = 3 * math.sqrt(0.95 * 0.05 / runs)
+    assert np.mean((low <= true) & (true <= high)) == pytest.approx(bootstrap_coverage, abs=tolerance)
+    assert np.mean((chi_low <= true) & (true <= chi_high)) == pytest.approx(chi2_coverage,
+                                                                             abs=3 * math.sqrt(0.25 / runs))
+
+
+def test_sigma_u2_bootstrap_holds_with_deterministic_training_seeds_and_graybill_wang_stays_nominal():
+    runs = 800
+    per_seed, msb, msw, true = heterogeneous_grids("deterministic5", runs)
+    low, high = sigma_u2_bootstrap(per_seed)
+    assert np.mean((low <= true) & (true <= high)) >= 0.95
+    chi_low, chi_high = chi2_interval(msw, 110)
+    assert np.mean((chi_low <= true) & (true <= chi_high)) < 0.9  # measured 0.85: why the χ² interval is not used
+    for kind in ("gamma1", "deterministic5"):  # σ_T² = 1 in every grid
+        _, msb, msw, _ = heterogeneous_grids(kind, 2000, seed=1)
+        t_low, t_high = graybill_wang(msb, msw, 10, 110, 11)
+        assert np.mean((t_low <= 1.0) & (t_high >= 1.0)) == pytest.approx(0.95, abs=3 * math.sqrt(0.95 * 0.05 / 2000))
+
+
+def test_sigma_u2_bootstrap_is_reproducible_exact_when_every_seed_agrees_and_open_when_it_cannot_bound():
+    per_seed = np.array([0.5, 1.0, 2.0, 0.7, 1.5, 0.9])
+    assert sigma_u2_bootstrap(per_seed) == sigma_u2_bootstrap(per_seed)
+    low, high = sigma_u2_bootstrap(per_seed)
+    assert low < per_seed.mean() < high
+    assert sigma_u2_bootstrap(np.zeros(6)) == (0.0, 0.0)
+    assert sigma_u2_bootstrap(np.full(6, 2.0)) == (2.0, 2.0)
+    # five deterministic seeds and one that is not: a resample without it is all zeros, far more often than 2.5%
+    low, high = sigma_u2_bootstrap(np.array([0.0, 0.0, 0.0, 0.0, 0.0, 3.0]))
+    assert low == 0.0 and high == math.inf
+
+
+def test_heterogeneity_is_reported_per_training_seed_with_the_brown_forsythe_test():
+    rng = np.random.default_rng(9)
+    equal = [rng.normal(0, 1, 11) for _ in range(11)]
+    unequal = [rng.normal(0, scale, 11) for scale in (0.1, 0.1, 0.1, 3, 3, 3, 0.1, 3, 0.1, 3, 0.1)]
+    assert nested_variance(equal).homogeneity_p > 0.05
+    result = nested_variance(unequal)
+    assert result.homogeneity_p < 1e-6 and math.isnan(result.sigma_u2_chi2_low)
+    assert result.var_by_seed_min == pytest.approx(min(np.var(g, ddof=1) for g in unequal))
+    assert result.var_by_seed_max == pytest.approx(max(np.var(g, ddof=1) for g in unequal))
+    mixed = nested_variance([[1.0] * 4, [2.0] * 4, [0.0, 1.0, 2.0, 3.0], [5.0] * 4, [1.0, 1.5, 1.0, 0.5],
+                             [3.0] * 4])
+    assert (mixed.deterministic_seeds, mixed.seeds_with_spread) == (4, 6)
+    assert scipy_stats.levene(*[[1.0] * 4, [2.0] * 4, [0.0, 1.0, 2.0, 3.0], [5.0] * 4, [1.0, 1.5, 1.0, 0.5],
+                                [3.0] * 4], center="median").pvalue == pytest.approx(mixed.homogeneity_p)
+
+
+def test_leaving_seed_i_out_of_design_b_gives_the_permutation_null_its_size():
+    """σ_T² = 0, I = J = 11: W2(A(i), B₋ᵢ) exceeds its 95% null in 5% of the comparisons, within three Monte-Carlo
+    standard errors (the grid is the unit: its 11 comparisons share B); with seed i's own value in B (the shared job)
+    it exceeds it less often (1,000 grids: 4.9% against 3.7%)."""
+    rng = np.random.default_rng(11)
+    grids, count = 300, 11
+    loo, shared = [], []
+    for grid in range(grids):
+        z = rng.normal(size=(count, count))
+        b = z[:, 0]
+        pairs = [(z[i], np.delete(b, i)) for i in range(count)]
+        nulls = w2_null_pairs(pairs, seed=grid)
+        loo.append(np.mean([w2(a, other) > null for (a, other), null in zip(pairs, nulls, strict=True)]))
+        shared_nulls = w2_nulls(list(z), b, seed=grid)
+        shared.append(np.mean([w2(a, b) > null for a, null in zip(z, shared_nulls, strict=True)]))
+    error = np.std(loo, ddof=1) / math.sqrt(grids)
+    assert np.mean(loo) == pytest.approx(0.05, abs=3 * error)
+    assert np.mean(shared) < np.mean(loo)
 
 
 def test_a_constant_method_has_exactly_zero_unlearning_seed_variance():

@@ -20,7 +20,8 @@ from unlearnbench.report import stats
 
 PNG = b"\x89PNG\r\n\x1a\n"
 REPORT_FILES = ["results.parquet", "results.csv", "summary.csv", "table.csv", "seed_variance.csv",
-                "wasserstein.csv", "wasserstein_by_seed.csv", "report.md"]
+                "seed_variance_by_seed.csv", "wasserstein.csv", "wasserstein_by_seed.csv", "rank_stability.csv",
+                "rank_stability_by_seed.csv", "seed_plan.csv", "report.md"]
 
 # The constructed study: digits · resnet18 · full_class, target 3, I = 3 training seeds × J = 2 unlearning seeds
 # (s_u = 2i + j). Method alpha: Δacc D'_f = GRID[i][j] (the hand-computed grid of test_report_stats), acc D'_f 0.05;
@@ -75,7 +76,8 @@ def constructed(tmp_path_factory):
             job = job_fields("mq2007", i, u, task="ranking", model="linear", scenario="clients")
             write_result(second / f"mq2007_t{i}_u{u}", job, rounds)
     run = run_cli([str(first), str(second)], root, program="unlearnbench-report")
-    again = run_cli([str(first), str(second), "--out", str(root / "again")], root, program="unlearnbench-report")
+    again = run_cli([str(first), str(second), "--out", str(root / "again"), "--target-se", "0.05"], root,
+                    program="unlearnbench-report")
     return root, first / "report", run, again
 
 
@@ -149,17 +151,41 @@ def test_wasserstein_rows_compare_each_training_seed_with_the_multi_seed_design(
     _, report, _, _ = constructed
     by_seed = rows(pd.read_csv(report / "wasserstein_by_seed.csv"), method="alpha", metric="delta_acc")
     design_b = [row[0] for row in GRID]  # the smallest unlearning seed of each training seed
+    others = [design_b[:i] + design_b[i + 1:] for i in range(3)]  # B without seed i: no shared job
     assert list(by_seed["seed_train"]) == [0, 1, 2]
-    assert by_seed["w2"].iloc[0] == pytest.approx(math.sqrt(7))  # [1, 3] against [1, 4, 7], by hand
-    assert list(by_seed["w2"]) == pytest.approx([stats.w2(row, design_b) for row in GRID])
-    assert list(by_seed["null_95"]) == pytest.approx([stats.w2_null(row, design_b) for row in GRID])
-    assert set(by_seed["n_A"]) == {2} and set(by_seed["n_B"]) == {3}
+    assert by_seed["w2"].iloc[0] == pytest.approx(math.sqrt(12.5))  # [1, 3] against [4, 7], by hand
+    assert list(by_seed["w2"]) == pytest.approx([stats.w2(row, b) for row, b in zip(GRID, others, strict=True)])
+    assert list(by_seed["null_95"]) == pytest.approx([stats.w2_null(row, b) for row, b in zip(GRID, others,
+                                                                                             strict=True)])
+    assert set(by_seed["n_A"]) == {2} and set(by_seed["n_B"]) == {2}
     summary = rows(pd.read_csv(report / "wasserstein.csv"), method="alpha", metric="delta_acc").iloc[0]
     assert (summary["I"], summary["J"], summary["designs_A"]) == (3, 2, 3)
     assert summary["w2_mean"] == pytest.approx(by_seed["w2"].mean())
     assert (summary["w2_min"], summary["w2_max"]) == pytest.approx((by_seed["w2"].min(), by_seed["w2"].max()))
     assert summary["null_95_mean"] == pytest.approx(by_seed["null_95"].mean())
-    assert rows(pd.read_csv(report / "wasserstein.csv"), dataset="mq2007").shape[0] == 1
+    assert rows(pd.read_csv(report / "wasserstein.csv"), dataset="mq2007").empty  # 2 training seeds: B₋ᵢ too small
+
+
+def test_per_seed_variances_ranks_and_seed_plan_of_the_constructed_grid(constructed):
+    _, report, _, _ = constructed
+    by_seed = rows(pd.read_csv(report / "seed_variance_by_seed.csv"), metric="delta_acc")
+    alpha = rows(by_seed, method="alpha")
+    assert list(alpha["var"]) == pytest.approx([2.0, 2.0, 8.0])  # [1, 3], [4, 6], [7, 11]
+    assert list(rows(by_seed, method="beta")["var"]) == [0.0, 0.0, 0.0]
+    variance = rows(pd.read_csv(report / "seed_variance.csv"), method="beta", metric="delta_acc").iloc[0]
+    assert (variance["deterministic_seeds"], variance["seeds_with_spread"]) == (3, 3)
+    assert (variance["homogeneity_p"], variance["sigma_u2_chi2_high"]) == (1.0, 0.0)
+    ranks = pd.read_csv(report / "rank_stability.csv")
+    forget = rows(ranks, dataset="digits", metric="delta_acc", split="forget_test").iloc[0]
+    # |Δacc D'_f| per training seed: alpha 2, 5, 9; beta 0.1, 0.2, 0.3: beta is best on every seed
+    assert (forget["best_all"], forget["p_best_changes"], forget["tau_mean"], forget["I"]) == ("beta", 0.0, 1.0, 3)
+    assert forget["p_low"] == 0.0 and 0.5 < forget["p_high"] < 0.6  # Wilson's interval for 0 of 3
+    plans = pd.read_csv(report / "seed_plan.csv")
+    beta = rows(plans, method="beta", metric="delta_acc").iloc[0]
+    assert beta["note"].startswith("no training or unlearning time")  # its time_s is null
+    assert "How many seeds to run" in (report / "report.md").read_text()
+    assert set(plans["target_se"]) == {0.01}  # the default; `--target-se` sets it
+    assert set(pd.read_csv(report.parent.parent / "again" / "seed_plan.csv")["target_se"]) == {0.05}
 
 
 def test_report_md_marks_the_best_method_warns_and_lists_failed_jobs(constructed):

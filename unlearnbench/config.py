@@ -88,7 +88,7 @@ class Augment:
 
 @dataclass
 class TrainRecipe:
-    """How M_o and M_r are trained (spec/methods.md: the reference recipe)."""
+    """How M_o and M_r are trained (the SSD authors' recipe: README, "Config groups")."""
 
     epochs: int = ranged(20, AT_LEAST_1)
     batch_size: int = ranged(64, AT_LEAST_1)
@@ -156,6 +156,13 @@ class Precision:
 
 
 @dataclass
+class Report:
+    """The end-of-sweep report's options (`unlearnbench-report --target-se` for a rebuilt one)."""
+
+    target_se: float = ranged(0.01, POSITIVE)  # the standard error a method's mean should reach (seed plan)
+
+
+@dataclass
 class Study:
     """The seed-sensitivity design of `experiment=seed_sensitivity`: I training seeds × J unlearning seeds nested in
     each. `repeat` is the unlearning index j in 0..J-1 (swept); the unlearning seed is seeds.train·J + repeat."""
@@ -178,7 +185,9 @@ class Config:
     train: TrainRecipe = field(default_factory=TrainRecipe)
     evaluation: Evaluation = field(default_factory=Evaluation)
     runtime: Runtime = field(default_factory=Runtime)
+    report: Report = field(default_factory=Report)
     method: Any = None  # absent from the defaults list: `+method=X` selects, none means every method of the task
+    methods: list[str] | None = None  # without `+method`: only these of the task's methods, in one job
     study: Study | None = None  # set by `experiment=seed_sensitivity`
 
 

@@ -290,6 +290,17 @@ def registered_methods(task: str) -> list[dict]:
     return methods
 
 
+def chosen(methods: list[dict], names: list[str] | None, task: str) -> list[dict]:
+    """The methods named by `methods=[…]` (all of them when it is not set), in the registry's order."""
+    if names is None:
+        return methods
+    known = [m["name"] for m in methods]
+    unknown = [name for name in names if name not in known] or ([] if names else ["(none given)"])
+    if unknown:
+        raise UserError(f"methods: {unknown[0]} is not a method of the {task} task; valid: {', '.join(known)}")
+    return [m for m in methods if m["name"] in names]
+
+
 def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
     """Check the options, choose the methods and resolve the config; fail here, before any work, on an option out of
     range or a method that does not fit."""
@@ -302,7 +313,8 @@ def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
                             f"a {task} dataset")
     config = OmegaConf.to_container(cfg, resolve=True)
     scenario = build(config["scenario"], "scenario")
-    methods = [config["method"]] if config["method"] is not None else registered_methods(task)
+    methods = [config["method"]] if config["method"] is not None else chosen(registered_methods(task),
+                                                                             config["methods"], task)
     unserved = [m["name"] for m in methods if not build(m, "method").serves(scenario)]
     if config["method"] is not None and unserved:
         raise UserError(f"method {unserved[0]} does not serve scenario {scenario.name}")

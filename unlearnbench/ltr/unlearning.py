@@ -2,7 +2,7 @@
 
 Every method starts from the trained federation (final model, stored global and local models, partitions, query
 pointers) and returns the global model after each unlearning round. Every stream it uses after training is
-re-seeded from the unlearning seed (spec/foltr.md, "Seeds").
+re-seeded from the unlearning seed (README, "Federated online learning to rank": seeds).
 """
 
 from __future__ import annotations

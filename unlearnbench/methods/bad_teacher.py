@@ -1,11 +1,14 @@
 """Bad Teacher (BadT, "incompetent teacher"): the student copies M_o on retained data and a random model on D_f.
 
 Chundawat et al., "Can Bad Teaching Induce Forgetting? Unlearning in Deep Networks Using an Incompetent Teacher"
-(AAAI 2023), github vikram2000b/bad-teaching-unlearning, as the SSD authors' code runs it (`blindspot`). The
-student (a copy of M_o, train mode) makes one pass over D_f (flag 1) ∪ a random 30% of D_r (flag 0), batch 256
-(ViT 128), shuffled, Adam lr 1e-4, on kl_div(log_softmax(student/T), target), averaged over batch × classes
-(PyTorch's 'mean', as the reference), where target = flag·softmax(random/T) + (1 − flag)·softmax(M_o/T), T = 1.
-Both teachers run in eval mode without gradients.
+(AAAI 2023), github vikram2000b/bad-teaching-unlearning, as the SSD authors' code runs it (`blindspot` in
+if-loops/selective-synaptic-dampening, src/forget_full_class_strategies.py, with `UnlearnerLoss` and
+`blindspot_unlearner` in src/unlearn.py). The student (a copy of M_o, train mode) makes one pass over D_f (flag 1)
+∪ a random 30% of D_r (flag 0), batch 256 (ViT 128), shuffled, Adam lr 1e-4, on
+kl_div(log_softmax(student/T), target), averaged over batch × classes (PyTorch's 'mean', as the reference; not
+'batchmean', and no T² factor), where target = flag·softmax(random/T) + (1 − flag)·softmax(M_o/T), T = 1.
+Both teachers run in eval mode without gradients; the random teacher is a freshly initialised model of the same
+architecture.
 
 Differences from the reference: every draw (the 30%, the random teacher's weights, the data order) comes from the
 unlearning seed instead of unseeded global RNG; the 30% is floor(0.3·|D_r|) samples, the count of the reference's
@@ -42,6 +45,14 @@ def bad_teacher_loss(student_logits: Tensor, targets: Tensor, temperature: float
     return F.kl_div(F.log_softmax(student_logits / temperature, dim=1), targets, reduction="none").mean()
 
 
+def unlearner_loss(student_logits: Tensor, flags: Tensor, competent_logits: Tensor, incompetent_logits: Tensor,
+                   temperature: float) -> Tensor:
+    """The reference's `UnlearnerLoss` on one batch: the student against the flag-selected teacher's softmax, both
+    at temperature T; the teachers' logits carry no gradient (computed under `no_grad`)."""
+    targets = teacher_targets(flags, competent_logits, incompetent_logits, temperature)
+    return bad_teacher_loss(student_logits, targets, temperature)
+
+
 class BadTeacher(Method):
     ranges: ClassVar[dict[str, Range]] = {"retain_fraction": Range(0, 1, low_open=True)}
     deterministic = False
@@ -73,8 +84,7 @@ class BadTeacher(Method):
         for _ in range(setting(self.epochs, task)):
             for inputs, _, positions in batches.indexed():
                 with torch.no_grad():
-                    targets = teacher_targets(flags[positions], float_logits(competent(inputs)),
-                                              float_logits(incompetent(inputs)), temperature)
-                loss = bad_teacher_loss(float_logits(student(inputs)), targets, temperature)
+                    good, bad = float_logits(competent(inputs)), float_logits(incompetent(inputs))
+                loss = unlearner_loss(float_logits(student(inputs)), flags[positions], good, bad, temperature)
                 descend(task.fabric, optimizer, loss)
         return student

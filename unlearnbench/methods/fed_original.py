@@ -1,6 +1,7 @@
 """Federated `original` baseline: every client keeps training after round T, the malicious ones still poisoning.
 
-The curve an unlearning method must beat from below: what happens when nothing is done (spec/foltr.md).
+The curve an unlearning method must beat from below: what happens when nothing is done (README, FOLTR
+section).
 """
 
 from __future__ import annotations

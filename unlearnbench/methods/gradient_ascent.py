@@ -3,8 +3,8 @@
 Every step descends −CE(M(x_f), y_f) on a shuffled forget batch, with the model in train mode; D_r is not used.
 
 Defaults: SGD lr 0.01, momentum 0.9, weight decay 5e-4, batch 256 (Deep Unlearn's `GradientAscent`, adapted from
-the l1-sparse authors' `unlearn/GA.py`, whose own scripts use lr 1e-4); 5 epochs (spec/methods.md: about 5, as in
-the l1-sparse authors' scripts; Deep Unlearn uses 10). The spec allows lr 1e-4…1e-2: Deep Unlearn's 0.01 is taken,
+the l1-sparse authors' `unlearn/GA.py`, whose own scripts use lr 1e-4); 5 epochs (about 5, as in the l1-sparse
+authors' scripts; Deep Unlearn uses 10). Published values range over lr 1e-4…1e-2: Deep Unlearn's 0.01 is taken,
 because 1e-4 for 5 epochs barely moves a model on small forget sets.
 """
 

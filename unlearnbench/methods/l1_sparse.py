@@ -5,8 +5,8 @@ Jia et al., "Model Sparsity Can Simplify Machine Unlearning" (NeurIPS 2023), git
 α_e = α · (1 − e / E) in epoch e = 0 … E−1: α in the first epoch, falling linearly towards 0 at the end of the run
 (per epoch, as the reference, with its `no_l1_epochs` = 0).
 
-Defaults: 10 epochs, SGD lr 0.01 (spec/methods.md and the authors' scripts), momentum 0.9, weight decay 5e-4,
-batch 256 (the authors' argument defaults), α = 1e-4 (spec: α ≈ 1e-4; the authors' scripts leave α to a search).
+Defaults: 10 epochs, SGD lr 0.01 (the authors' scripts), momentum 0.9, weight decay 5e-4, batch 256 (the
+authors' argument defaults), α = 1e-4 (the authors' scripts leave α to a search; 1e-4 is not checked here).
 """
 
 from __future__ import annotations

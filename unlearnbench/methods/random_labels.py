@@ -1,11 +1,18 @@
 """Random Labels (RL): train M_o on D_r together with D_f relabelled at random among the other classes.
 
-Relabelling as in Graves et al., "Amnesiac Machine Learning" (AAAI 2021; their "unlearning", not their amnesiac
-unlearning), as the SSD authors' code runs it (called `amnesiac` there, after vikram2000b/bad-teaching-unlearning).
+Golatkar, Achille and Soatto, "Eternal Sunshine of the Spotless Net: Selective Forgetting in Deep Networks" (CVPR
+2020), whose "Random Labels" baseline this is, as the SSD authors' code runs it: `amnesiac` in
+if-loops/selective-synaptic-dampening (src/forget_full_class_strategies.py, forget_subclass_strategies.py,
+forget_random_strategies.py), credited there (forget_full_class_strategies.py l. 232) to the code of
+vikram2000b/bad-teaching-unlearning, with no paper.
+The SUPREME code (pedroandreou/supreme-unlearning, random_labeling.py) cites Golatkar et al. and calls the name
+"amnesiac" a misnomer: it comes from Graves et al., "Amnesiac Machine Learning" (AAAI 2021), whose amnesiac
+unlearning undoes the recorded updates of the batches that held D_f; the relabelling run here is the plainer
+"unlearning" that paper describes beside it.
 Each forget sample gets one label, drawn once, uniformly among the classes other than its own: every class but the
 forgotten one (full-class), every super-class but the forgotten sub-class's (sub-class), any class but the sample's
 own (random-sample). Then 3 epochs over relabelled D_f ∪ D_r, batch 128, shuffled, Adam lr 1e-4, train mode,
-cross-entropy.
+cross-entropy (the reference's `fit_one_unlearning_cycle`, src/unlearn.py).
 
 Difference from the reference: the labels and the data order come from the unlearning seed instead of unseeded
 global RNG (the reference's random-sample variant draws by rejection, ours by an offset: the same distribution).

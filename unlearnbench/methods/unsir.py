@@ -20,11 +20,17 @@ them with noise statistics); the model's parameters are frozen during the noise 
 into them and leaks into the first impair step. The noise and the data order come from the unlearning seed. The
 repair's fresh Adam is the impair optimizer with its state cleared (the same thing). Refused: the DeepSpeed
 strategies (they allow no second optimizer, which the noise needs) and float16 models (Adam's moments underflow).
+
+Under data parallelism every rank optimises the same noise (same seed, same model, the whole noise batch) outside
+DDP's gradient synchronisation (its parameters are frozen and `no_backward_sync` leaves the reducer out of these
+backward passes), and rank 0's noise is then sent to every rank, so the impair data is one set of images whatever
+the device count; the impair and repair steps are ordinary synchronised training steps.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import ClassVar
 
 import torch
@@ -52,36 +58,60 @@ def retain_sample(task: UnlearningTask, per_class: int) -> Subset:
     return Subset(data, "train", torch.cat(chosen))
 
 
-def optimise_noise(fabric: Fabric, model: nn.Module, noise: Tensor, label: int, steps: int, lr: float,
-                   weight: float) -> tuple[Tensor, Tensor]:
-    """Error-maximising noise for `label`: `steps` Adam steps on −CE(model(N), label) + weight · mean_i Σ N_i².
+def noise_loss(logits: Tensor, label: int, noise: Tensor, weight: float) -> Tensor:
+    """UNSIR's noise objective, minimised: −CE(logits, label) + weight · mean over images of Σ N² (the reference's
+    `UNSIR_noise_train`); minimising it maximises the model's error on the forgotten class while the L2 term keeps
+    the noise bounded."""
+    labels = torch.full((logits.shape[0],), label, dtype=torch.long, device=logits.device)
+    return -F.cross_entropy(logits, labels) + weight * noise.pow(2).sum(dim=(1, 2, 3)).mean()
 
-    `model` is set up by Fabric; the steps go through `fabric.backward` and a Fabric optimizer, so a mixed-precision
-    gradient scaler unscales (and skips overflowing steps) as for any training step. The model runs in eval mode
-    with its parameters frozen, so neither its batch-norm statistics nor its parameters nor their gradients change;
-    its mode and `requires_grad` flags are restored afterwards. Returns the optimised noise (detached) and the loss
-    before each step.
-    """
-    noise = noise.detach().clone().requires_grad_(True)
-    optimizer = fabric.setup_optimizers(torch.optim.Adam([noise], lr=lr))
-    labels = torch.full((noise.shape[0],), label, dtype=torch.long, device=noise.device)
-    training = model.training
-    parameters = list(model.parameters())
+
+@contextmanager
+def frozen(model: nn.Module) -> Iterator[None]:
+    """`model` in eval mode with every parameter's `requires_grad` off, both restored on exit: passes through it
+    then change neither its batch-norm statistics nor its parameters nor their gradients."""
+    training, parameters = model.training, list(model.parameters())
     flags = [p.requires_grad for p in parameters]
     model.eval()
     for p in parameters:
         p.requires_grad_(False)
-    losses = []
     try:
-        for _ in range(steps):
-            loss = -F.cross_entropy(float_logits(model(noise)), labels) + weight * noise.pow(2).sum((1, 2, 3)).mean()
-            descend(fabric, optimizer, loss)
-            losses.append(loss.detach())
+        yield
     finally:
         for p, flag in zip(parameters, flags, strict=True):
             p.requires_grad_(flag)
         model.train(training)
-    return noise.detach(), torch.stack(losses) if losses else torch.empty(0, device=noise.device)
+
+
+def same_on_every_rank(fabric: Fabric, tensor: Tensor) -> Tensor:
+    """`tensor` as rank 0 holds it, on every rank (a no-op on one process): ranks compute the same noise, and this
+    keeps it one noise where kernels are not bit-deterministic across processes."""
+    if fabric.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.broadcast(tensor, src=0)
+    return tensor
+
+
+def optimise_noise(fabric: Fabric, model: nn.Module, noise: Tensor, label: int, steps: int, lr: float,
+                   weight: float) -> tuple[Tensor, Tensor]:
+    """Error-maximising noise for `label`: `steps` Adam steps on `noise_loss`.
+
+    `model` is set up by Fabric; the steps go through `fabric.backward` and a Fabric optimizer, so a mixed-precision
+    gradient scaler unscales (and skips overflowing steps) as for any training step. The model is `frozen`, and the
+    steps run under `fabric.no_backward_sync`: DDP does not prepare its reducer for these backward passes, which
+    produce no parameter gradient, so they are no DDP iteration at all and nothing depends on how the reducer would
+    treat an iteration without gradients. Returns the optimised noise (detached, rank 0's on every rank) and the
+    loss before each step.
+    """
+    noise = noise.detach().clone().requires_grad_(True)
+    optimizer = fabric.setup_optimizers(torch.optim.Adam([noise], lr=lr))
+    losses = []
+    with frozen(model), fabric.no_backward_sync(model):
+        for _ in range(steps):
+            loss = noise_loss(float_logits(model(noise)), label, noise, weight)
+            descend(fabric, optimizer, loss)
+            losses.append(loss.detach())
+    noise = same_on_every_rank(fabric, noise.detach().contiguous())
+    return noise, torch.stack(losses) if losses else torch.empty(0, device=noise.device)
 
 
 class NoisyBatches:

@@ -1,6 +1,6 @@
 """From the tidy records of a sweep to the report's tables (pandas; the statistics live in `stats`).
 
-Vocabulary (spec/metrics.md, "Statistics across seeds"):
+Vocabulary (the README's "Seed sensitivity" section):
 - a *row* of the study is one (dataset, model, scenario, target, method, role, metric, split): Z its value;
 - Z_ij is the value of training seed i (`seed_train`) and unlearning seed j nested in i: one job. A job's evaluation
   seed normally follows its unlearning seed; where a sweep varies it separately, each (unlearning seed, evaluation
@@ -30,6 +30,7 @@ CONFIG = ["dataset", "model", "scenario"]
 OPTIONAL_CONFIG = ["strategy", "precision", "devices"]  # columns of the groups only where a sweep varies them
 ROW = ["target", "role", "method", "metric", "split"]
 SEEDS = ["seed_train", "seed_unlearn", "seed_eval"]
+COSTS = ["cost_original_s", "cost_retrained_s"]  # the job's training times (`collect.training_times`)
 ROLE_ORDER = {"original": 0, "retrained": 1, "unlearned": 2}
 GOLD_STANDARDS = {"retrain", "fed_retrain"}  # M_u = M_r by construction: never marked best, the reference instead
 
@@ -47,7 +48,7 @@ def label(metric: str, split: str) -> str:
 
 def ideal(metric: str) -> float | str | None:
     """What the best value of a metric is: a number (closest wins), "retrained" (closest to M_r's mean wins), or
-    None (no best: not marked). Deltas and distances: 0; completeness and tow: 1; mia_loss: 0.5 (spec/metrics.md);
+    None (no best: not marked). Deltas and distances: 0; completeness and tow: 1; mia_loss: 0.5 (README, "Metrics");
     cost: 0 (lowest); acc, loss and mia of M_u and the ranking task's NDCG: closest to the retrained model."""
     if metric.startswith("delta_") or metric in DISTANCES or metric in ("time_s", "memory_gib"):
         return 0.0
@@ -83,6 +84,10 @@ class Study:
     variance: pd.DataFrame
     wasserstein: pd.DataFrame
     wasserstein_by_seed: pd.DataFrame
+    variance_by_seed: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ranks: pd.DataFrame = field(default_factory=pd.DataFrame)  # filled by `seed_design.extend`
+    ranks_by_seed: pd.DataFrame = field(default_factory=pd.DataFrame)
+    plans: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -103,7 +108,7 @@ def prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[str]]:
     """(records of complete jobs with clean types and duplicates removed, configuration keys, warnings)."""
     warnings: list[str] = []
     if frame.empty or "seed_train" not in frame:
-        return pd.DataFrame(columns=[*CONFIG, *ROW, "round", *SEEDS, "value"]), list(CONFIG), warnings
+        return pd.DataFrame(columns=[*CONFIG, *ROW, "round", *SEEDS, "value", *COSTS]), list(CONFIG), warnings
     data = frame[frame["status"] == "complete"].copy() if "status" in frame else frame.copy()
     for column in [*CONFIG, *OPTIONAL_CONFIG, *ROW]:
         if column not in data:
@@ -126,7 +131,9 @@ def prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[str]]:
         warnings.append(f"{repeated} values of a method appear in more than one job with the same seeds (the same "
                         "design given twice?): the first job in folder order was kept")
     data = data[~duplicated]
-    columns = [*keys, *ROW, "round", *SEEDS, "value"]
+    for column in COSTS:
+        data[column] = pd.to_numeric(data[column], errors="coerce").astype(float) if column in data else np.nan
+    columns = [*keys, *ROW, "round", *SEEDS, "value", *COSTS]
     return data[columns].reset_index(drop=True), keys, warnings
 
 
@@ -213,41 +220,52 @@ def variance_table(grid: Grid, keys: list[str], order_from: pd.DataFrame) -> pd.
         components["warnings"] = "; ".join(components["warnings"])
         rows.append({**dict(zip([*keys, *ROW], ident, strict=True)), **components})
     columns = [*keys, *ROW, "I", "J", "J_min", "J_max", "n", "mean", "total", "sigma_t2", "sigma_t2_low",
-               "sigma_t2_high", "sigma_u2", "sigma_u2_low", "sigma_u2_high", "icc", "msb", "msw", "balanced",
-               "warnings"]
+               "sigma_t2_high", "sigma_u2", "sigma_u2_low", "sigma_u2_high", "sigma_u2_chi2_low",
+               "sigma_u2_chi2_high", "seeds_with_spread", "var_by_seed_min", "var_by_seed_max",
+               "deterministic_seeds", "homogeneity_w", "homogeneity_p", "icc", "msb", "msw", "balanced", "warnings"]
     if not rows:
         return pd.DataFrame(columns=columns)
     return sort_rows(pd.DataFrame(rows), keys, order_from)[columns]
+
+
+def variance_by_seed_table(grid: Grid, keys: list[str], order_from: pd.DataFrame) -> pd.DataFrame:
+    """seed_variance_by_seed.csv: var(Z | S = s_i) (ddof 1; 0.0 exactly when its unlearning seeds agree) and n_i for
+    every training seed i with at least two unlearning seeds: how much the unlearning seed matters depends on the
+    trained model, and this is that dependence."""
+    rows = [{**dict(zip([*keys, *ROW], ident, strict=True)), "seed_train": seed, "n": len(v),
+             "mean": float(np.mean(v)), "var": float(stats.seed_variances([v])[0])}
+            for ident, seeds in grid for seed, v in seeds if len(v) >= 2]
+    columns = [*keys, *ROW, "seed_train", "n", "mean", "var"]
+    return sort_rows(pd.DataFrame(rows), keys, order_from)[columns] if rows else pd.DataFrame(columns=columns)
 
 
 def wasserstein_tables(grid: Grid, keys: list[str], order_from: pd.DataFrame,
                        permutations: int = stats.NULL_PERMUTATIONS) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(wasserstein.csv, wasserstein_by_seed.csv).
 
-    By seed, for each training seed i with at least two unlearning seeds: W2(A(i), B) and the 95th percentile of
-    its permutation null (pool A(i) and B, split at random `permutations` times). Note that A(i) and B share Z_i1.
-    Per row of the study: I (training seeds, = |B|), J (median |A(i)|), the spread of W2(A(i), B) over i (mean,
-    std, min, median, max), the mean null percentile and the share of training seeds whose W2 exceeds its null.
-    Rows with fewer than two training seeds or no training seed with two unlearning seeds have no W2.
+    By seed, for each training seed i with at least two unlearning seeds: W2(A(i), B₋ᵢ) and the 95th percentile of
+    its permutation null (pool A(i) and B₋ᵢ, split at random `permutations` times), where B₋ᵢ is B without seed i's
+    value: A(i) and B then share no job, and the null has its nominal size (with the shared Z_i1 it rejects too
+    rarely). Per row of the study: I (training seeds, = |B|), J (median |A(i)|), the spread of W2(A(i), B₋ᵢ) over i
+    (mean, std, min, median, max), the mean null percentile and the share of training seeds whose W2 exceeds its
+    null. Rows with fewer than three training seeds (B₋ᵢ needs two) or no training seed with two unlearning seeds
+    have no W2.
     """
     by_seed, summary = [], []
     for ident_values, seeds in grid:
         design_b = np.array([v[0] for _, v in seeds])
-        singles = [(seed, v) for seed, v in seeds if len(v) >= 2]
-        if len(design_b) < 2 or not singles:
+        singles = [(k, seed, v) for k, (seed, v) in enumerate(seeds) if len(v) >= 2]
+        if len(design_b) < 3 or not singles:
             continue
         ident = dict(zip([*keys, *ROW], ident_values, strict=True))
-        distances = [stats.w2(v, design_b) for _, v in singles]
-        pooled = np.concatenate([design_b, *(v for _, v in singles)])
-        if np.all(pooled == pooled[0]):
-            nulls = [0.0] * len(singles)
-        else:
-            nulls = stats.w2_nulls([v for _, v in singles], design_b, permutations)
-        for (seed, v), distance, null in zip(singles, distances, nulls, strict=True):
-            by_seed.append({**ident, "seed_train": seed, "n_A": len(v), "n_B": len(design_b), "w2": distance,
+        others = [np.delete(design_b, k) for k, _, _ in singles]
+        distances = [stats.w2(v, b) for (_, _, v), b in zip(singles, others, strict=True)]
+        nulls = stats.w2_null_pairs([(v, b) for (_, _, v), b in zip(singles, others, strict=True)], permutations)
+        for (_, seed, v), distance, null in zip(singles, distances, nulls, strict=True):
+            by_seed.append({**ident, "seed_train": seed, "n_A": len(v), "n_B": len(design_b) - 1, "w2": distance,
                             "null_95": null, "above_null": bool(distance > null)})
         distances_array = np.array(distances)
-        summary.append({**ident, "I": len(design_b), "J": float(np.median([len(v) for _, v in singles])),
+        summary.append({**ident, "I": len(design_b), "J": float(np.median([len(v) for _, _, v in singles])),
                         "designs_A": len(singles), "w2_mean": float(distances_array.mean()),
                         "w2_std": float(distances_array.std(ddof=1)) if len(singles) > 1 else math.nan,
                         "w2_min": float(distances_array.min()), "w2_median": float(np.median(distances_array)),
@@ -287,7 +305,8 @@ def design_warnings(variance: pd.DataFrame, wasserstein: pd.DataFrame, values: p
             warnings.append("one training seed (I = 1): only σ_U² is identifiable and there is no "
                             "multi-training-seed design to compare (no W2)")
     if not values.empty and wasserstein.empty and not any("no W2" in w for w in warnings):
-        warnings.append("no row has both two training seeds and a training seed with two unlearning seeds: no W2")
+        warnings.append("no row has both three training seeds and a training seed with two unlearning seeds: no W2 "
+                        "(A(i) is compared with B without seed i, which needs two other training seeds)")
     return warnings
 
 
@@ -301,4 +320,5 @@ def analyse(frame: pd.DataFrame, permutations: int = stats.NULL_PERMUTATIONS) ->
     warnings += design_warnings(variance, wasserstein, values)
     return Study(keys=keys, values=values, rounds=rounds, summary=summarise(data, keys),
                  table=main_table(values, keys), variance=variance, wasserstein=wasserstein,
-                 wasserstein_by_seed=by_seed, warnings=warnings)
+                 wasserstein_by_seed=by_seed, variance_by_seed=variance_by_seed_table(grid, keys, values),
+                 warnings=warnings)

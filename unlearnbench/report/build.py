@@ -3,9 +3,14 @@
     results.parquet, results.csv   every record of every job (tidy), the job's fields and status as columns
     summary.csv                    mean, std, n per configuration × target × role × method × metric × split (× round)
     table.csv                      mean ± std across training seeds (per-seed means first), the report's tables
-    seed_variance.csv              σ_T², σ_U² with intervals, ICC, I, J per row of the study
-    wasserstein.csv                W2(A(i), B) spread over the training seeds i, with the permutation null
-    wasserstein_by_seed.csv        W2(A(i), B) and its null for every training seed i
+    seed_variance.csv              σ_T², σ_U² with intervals, ICC, I, J, the per-seed variances' range and their
+                                   homogeneity test, per row of the study
+    seed_variance_by_seed.csv      var(Z | S = s_i) for every training seed i with two or more unlearning seeds
+    wasserstein.csv                W2(A(i), B₋ᵢ) spread over the training seeds i, with the permutation null
+    wasserstein_by_seed.csv        W2(A(i), B₋ᵢ) and its null for every training seed i
+    rank_stability.csv             how often one training seed's best method differs from the other seeds' best
+    rank_stability_by_seed.csv     both rankings' best methods and Kendall's τ for every training seed
+    seed_plan.csv                  the cheapest (I, J) reaching `target_se` per method and main metric
     report.md                      the tables in Markdown, warnings, figures, failed jobs and methods
     figures/*.png
 
@@ -26,6 +31,8 @@ from unlearnbench.files import atomic_path, make_folder
 from unlearnbench.report import stats
 from unlearnbench.report.analysis import Study, analyse
 from unlearnbench.report.collect import load_results, mixed_numerics, read_warnings
+from unlearnbench.report.console import MAIN
+from unlearnbench.report.seed_design import TARGET_SE, extend
 
 
 @dataclass
@@ -56,7 +63,7 @@ def write(path: Path, writer: Callable[[Path], object]) -> Path:
 
 
 def build_report(folders: list[Path], out: Path, figures: bool = True,
-                 permutations: int = stats.NULL_PERMUTATIONS) -> Report:
+                 permutations: int = stats.NULL_PERMUTATIONS, target_se: float = TARGET_SE) -> Report:
     """Build the report of the `result.json` files under `folders` into `out`; the jobs that did not complete (and
     the files that are not results) are listed in its failed section and returned in `Report.failed`.
 
@@ -69,9 +76,11 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
     make_folder(out)
     write(out / "results.csv", lambda path: frame.to_csv(path, index=False))
     write(out / "results.parquet", lambda path: _parquet_safe(frame).to_parquet(path, index=False))
-    study = analyse(frame, permutations)
+    study = extend(analyse(frame, permutations), [(m, s) for _, m, s in MAIN], target_se)
     for name, table in (("summary", study.summary), ("table", study.table), ("seed_variance", study.variance),
-                        ("wasserstein", study.wasserstein), ("wasserstein_by_seed", study.wasserstein_by_seed)):
+                        ("seed_variance_by_seed", study.variance_by_seed), ("wasserstein", study.wasserstein),
+                        ("wasserstein_by_seed", study.wasserstein_by_seed), ("rank_stability", study.ranks),
+                        ("rank_stability_by_seed", study.ranks_by_seed), ("seed_plan", study.plans)):
         write(out / f"{name}.csv", lambda path, table=table: table.to_csv(path, index=False))
     warnings = [*study.warnings, *read_warnings(jobs)]
     mixed = mixed_numerics(jobs)

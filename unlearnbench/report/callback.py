@@ -30,10 +30,10 @@ def announce(failed: list[dict], total: int, methods: list[dict] = ()) -> None:
         print(line, file=sys.stderr)
 
 
-def report(folder: Path) -> None:
+def report(folder: Path, config: DictConfig) -> None:
     """Build `folder/report/` from every result.json under `folder`; announce failed jobs and methods."""
     try:
-        built = build_report([folder], folder / "report")
+        built = build_report([folder], folder / "report", target_se=config.report.target_se)
     except WriteError as error:  # a full disk or a read-only folder: one line, the results stay on disk
         announce([{"folder": str(folder / "report"), "error": f"the report was not written: {error}"}], 1)
         return
@@ -44,6 +44,24 @@ def report(folder: Path) -> None:
         return
     announce(built.failed, len(built.jobs), failed_methods(built.jobs))
     print(f"report: {folder / 'report'}")
+
+
+def check_methods(config: DictConfig) -> None:
+    """`methods=[…]` names method configs and is not combined with `+method` (which task serves each is checked by
+    the job)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from unlearnbench.errors import UserError
+
+    names = config.get("methods")
+    if names is None:
+        return
+    if config.get("method") is not None:
+        raise UserError("give either +method=… (one method per job) or methods=[…] (several in one job), not both")
+    known = GlobalHydra.instance().config_loader().get_group_options("method")
+    unknown = [name for name in names if name not in known] or ([] if names else ["(none given)"])
+    if unknown:
+        raise UserError(f"methods: unknown method {unknown[0]}; valid: {', '.join(known)}")
 
 
 class ReportCallback(Callback):
@@ -59,6 +77,7 @@ class ReportCallback(Callback):
             validate(config)
             if config.get("method") is not None:  # its options' ranges (the method's own `check_options`)
                 build(OmegaConf.to_container(config.method, resolve=True), "method")
+            check_methods(config)
         except UserError as error:
             raise SystemExit(f"unlearnbench: {error}") from None
 
@@ -68,7 +87,7 @@ class ReportCallback(Callback):
             announce([{"folder": str(sweep), "error": "the sweep ran no job (an empty sweep range, such as "
                                                       "range(0)?)"}], 1)
             return
-        report(sweep)
+        report(sweep, config)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
-        report(Path(config.hydra.runtime.output_dir))
+        report(Path(config.hydra.runtime.output_dir), config)

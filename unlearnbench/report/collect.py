@@ -24,7 +24,8 @@ ROLES = ("original", "retrained", "unlearned")
 MAX_RESULT_BYTES = 256 * 2**20  # a real result holds a few MiB: a larger file is refused without reading it
 INT64 = 2**63  # seeds, rounds and numbers in job fields must fit the int64 columns of the tables
 # Columns the collector sets itself: a job field of one of these names would overwrite them.
-RESERVED = {"folder", "status", "error", "numerics", "job_method", *RECORD_COLUMNS} - {"method"}
+COST_COLUMNS = ["cost_original_s", "cost_retrained_s"]  # training time of M_o, and of the row's target's M_r
+RESERVED = {"folder", "status", "error", "numerics", "job_method", *RECORD_COLUMNS, *COST_COLUMNS} - {"method"}
 SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # a surrogate escape: lone ones cannot be written to any file
 SHOWN = 5  # jobs (and metrics per job) a warning names before "… more"
 
@@ -164,7 +165,8 @@ def load_results(folders: list[Path]) -> tuple[pd.DataFrame, list[dict]]:
     `method` field, `all` when it ran every method, as `job_method`), `folder`, `status`, `numerics` (the id of
     the machine's numerics identity, see `mixed_numerics`), then the record's
     `target`, `method` (null for the original and retrained models), `role`, `metric`, `split`, `value` (null where
-    the file holds a non-finite number), `round`. Other keys of a record are ignored.
+    the file holds a non-finite number), `round`, and the job's training times `cost_original_s` (M_o) and
+    `cost_retrained_s` (the record's target's M_r), for the seed plan. Other keys of a record are ignored.
 
     Besides its fields, a job dict holds `numerics_identity`, and where they apply `non_finite` ({metric: count} of
     the values treated as missing), `failures` (its methods that failed, from the file's `failures` list) and
@@ -183,7 +185,7 @@ def load_results(folders: list[Path]) -> tuple[pd.DataFrame, list[dict]]:
         jobs.append(job)
         rows += records
     frame = pd.DataFrame(rows)
-    for column in RECORD_COLUMNS:
+    for column in [*RECORD_COLUMNS, *COST_COLUMNS]:
         if column not in frame:
             frame[column] = None
     return frame, jobs
@@ -203,15 +205,33 @@ def job_rows(result: dict, folder: str) -> tuple[dict, list[dict]]:
     job = {"folder": folder, "status": result["status"], "error": result.get("error"), **fields,
            "numerics": numerics.get("id")}
     columns = {k: v for k, v in job.items() if k != "error"}
+    original_s, retrained_s = training_times(result.get("cache"))
     rows, non_finite = [], {}
     for record in result.get("records") or []:
         row = {**columns, **{k: v for k, v in record.items() if k in RECORD_COLUMNS}}
+        row["cost_original_s"], row["cost_retrained_s"] = original_s, retrained_s.get(str(record.get("target")))
         row["value"] = finite(record["value"])
         if row["value"] is None and record["value"] is not None:
             non_finite[record["metric"]] = non_finite.get(record["metric"], 0) + 1
         rows.append(row)
     job = {**job, "numerics_identity": numerics, **({"non_finite": non_finite} if non_finite else {})}
     return {**job, **failures_of(result)}, rows
+
+
+def training_times(cache) -> tuple[float | None, dict[str, float | None]]:
+    """(seconds to train M_o, {target: seconds to train its M_r}) from a result's `cache` section, as recorded when
+    the model was first trained (a cache hit keeps them); None where missing or malformed (the seed plan then has no
+    cost)."""
+    if not isinstance(cache, dict):
+        return None, {}
+    def seconds(entry) -> float | None:
+        value = entry.get("train_s") if isinstance(entry, dict) else None
+        return finite(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    retrained = cache.get("retrained")
+    entries = retrained if isinstance(retrained, list) else []
+    return seconds(cache.get("original")), {str(entry.get("target")): seconds(entry) for entry in entries
+                                            if isinstance(entry, dict)}
 
 
 def finite(value: float | None) -> float | None:

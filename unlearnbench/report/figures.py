@@ -10,6 +10,10 @@ Per configuration (dataset · model · scenario):
   targets), with the mean 95% permutation-null percentile as a red tick.
 - `variance_<config>.png`: per main metric, per method the training-seed and unlearning-seed components σ_T² and
   σ_U² stacked (averaged over targets), the ICC above each bar.
+- `seed_study_<config>_<target>.png`: Figure 1 of the seed study: retain- and forget-set test accuracy, per method
+  the designs A(i₀) and B side by side, the retrained model's quartiles as lines.
+- `ranks_<config>.png`: per ranked metric, Kendall's τ between each training seed's ranking of the methods and the
+  other seeds' ranking, a cross where the best method changed (`seed_design.rank_stability`).
 - `trajectory_<config>_<metric>.png` for records with a `round` (the ranking task): mean ± std across all seeds per
   method and round, one panel per target.
 
@@ -154,8 +158,8 @@ def wasserstein(study: Study, folder: Path) -> list[Path]:
             axis.set_xticks(range(len(methods)))
             axis.set_xticklabels(methods, rotation=30, ha="right", fontsize=8)
             axis.set_title(label(metric, split), fontsize=9)
-            axis.set_ylabel("W2(A(i), B)", fontsize=8)
-        figure.suptitle(f"{' · '.join(map(str, ident))}: W2(A(i), B) over training seeds i and targets",
+            axis.set_ylabel("W2(A(i), B₋ᵢ)", fontsize=8)
+        figure.suptitle(f"{' · '.join(map(str, ident))}: W2(A(i), B₋ᵢ) over training seeds i and targets",
                         fontsize=10)
         handles = [Line2D([], [], color="red", label="permutation null, 95th percentile (mean over i)")]
         paths.append(_save(figure, folder / f"wasserstein_{slug('_'.join(map(str, ident)))}.png", handles))
@@ -220,12 +224,62 @@ def trajectories(study: Study, folder: Path) -> list[Path]:
     return paths
 
 
+STUDY_METRICS = [("acc", "retain_test"), ("acc", "forget_test")]
+
+
+def seed_study(study: Study, folder: Path) -> list[Path]:
+    """Figure 1 of the seed study, per configuration and target (at most `MAX_PANELS` targets): retain-set and
+    forget-set test accuracy of every method, the single-training-seed design A(i₀) and the multi-training-seed
+    design B side by side, the retrained model's quartiles as horizontal lines."""
+    paths = []
+    for ident, part in configurations(study, study.values):
+        chosen = part[part[["metric", "split"]].apply(tuple, axis=1).isin(STUDY_METRICS)]
+        for target in list(dict.fromkeys(chosen[chosen["role"] == "unlearned"]["target"]))[:MAX_PANELS]:
+            figure, axes = _panels(len(STUDY_METRICS), width=5.5, height=3.6)
+            handles: list = []
+            for axis, (metric, split) in zip(axes, STUDY_METRICS, strict=True):
+                rows = chosen[(chosen["target"] == target) & (chosen["metric"] == metric)
+                              & (chosen["split"] == split)]
+                handles = _design_panel(axis, rows, metric) or handles
+                axis.set_title(label(metric, split), fontsize=9)
+            figure.suptitle(f"{' · '.join(map(str, ident))}, target {target}: one training seed against many",
+                            fontsize=10)
+            name = f"seed_study_{slug('_'.join(map(str, ident)))}_{slug(str(target))}.png"
+            paths.append(_save(figure, folder / name, handles))
+    return paths
+
+
+def ranks(study: Study, folder: Path) -> list[Path]:
+    """Per configuration: Kendall's τ between the single-training-seed ranking of each training seed and the other
+    seeds' ranking, per ranked metric and target; a cross where the best method changed."""
+    paths = []
+    for ident, part in configurations(study, study.ranks_by_seed):
+        panels = list(part.groupby(["metric", "split"], sort=False))
+        figure, axes = _panels(len(panels), width=4.5, height=3.2)
+        for axis, ((metric, split), rows) in zip(axes, panels, strict=True):
+            for k, (target, mine) in enumerate(rows.groupby("target", sort=False)):
+                changed = mine["best_changed"].astype(bool)
+                colour = f"C{k % 10}"
+                axis.plot(mine["seed_train"], mine["kendall_tau"], "o-", color=colour, label=f"target {target}",
+                          markersize=4, linewidth=1)
+                axis.plot(mine["seed_train"][changed], mine["kendall_tau"][changed], "x", color="black", markersize=8)
+            axis.set_ylim(-1.05, 1.05)
+            axis.set_xlabel("training seed i", fontsize=8)
+            axis.set_ylabel("Kendall τ, A(i) vs the other seeds", fontsize=8)
+            axis.set_title(f"ranked by |{label(metric, split)}|", fontsize=9)
+        figure.suptitle(f"{' · '.join(map(str, ident))}: how one training seed ranks the methods", fontsize=10)
+        handles = [Line2D([], [], color="black", marker="x", linestyle="", label="best method changed")]
+        paths.append(_save(figure, folder / f"ranks_{slug('_'.join(map(str, ident)))}.png", handles))
+    return paths
+
+
 def draw(study: Study, folder: Path) -> tuple[list[Path], list[str]]:
     """Every figure into `folder`; (paths, problems). PNG files of an earlier build that this one did not redraw are
     removed at the end: until then (and when a figure cannot be written) the earlier ones stay whole."""
     make_folder(folder)
     paths, problems = [], []
-    kinds = (designs, wasserstein, variance, trajectories) if study.has_seed_spread else (trajectories,)
+    kinds = (seed_study, designs, wasserstein, variance, ranks, trajectories) if study.has_seed_spread else (
+        trajectories,)
     for kind in kinds:
         try:
             paths += kind(study, folder)

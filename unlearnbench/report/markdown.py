@@ -11,19 +11,35 @@ import pandas as pd
 from unlearnbench.report.analysis import GOLD_STANDARDS, Study, ideal, label, matching
 from unlearnbench.report.collect import describe_numerics
 from unlearnbench.report.console import MAIN
+from unlearnbench.report.seed_design import rank_label
 
 MAX_ERROR_LINES = 20
 BEST_RULE = ("**Bold**: the best method per column, among the unlearning methods other than `retrain` and "
              "`fed_retrain` (M_r itself): closest to 0 for deltas, distances and cost, to 1 for completeness and tow, "
              "to 0.5 for `mia_loss`, and to the retrained model's mean for acc, loss, MIA and NDCG.")
 VARIANCE_INTRO = ["### Seed variance: training seed (σ_T²) and unlearning seed (σ_U²)", "",
-                  "One-way nested random effects; σ_U² with the exact χ² interval, σ_T² with the Graybill–Wang "
-                  "interval; total = σ_T² + σ_U²; ICC = σ_T² / total. Every metric and model in `seed_variance.csv`.",
-                  ""]
+                  "One-way nested random effects; total = σ_T² + σ_U²; ICC = σ_T² / total. σ_T² with the "
+                  "Graybill–Wang interval; σ_U² with a studentized bootstrap over training seeds, which holds when "
+                  "the unlearning seed matters more for some trained models than for others; the exact χ² interval "
+                  "beside it only where a Brown–Forsythe test does not reject equal per-seed variances (p ≥ 0.05). "
+                  "var(Z | S = s): the smallest and largest variance over one training seed's unlearning seeds "
+                  "(det.: seeds where it is exactly 0). Every metric and model in `seed_variance.csv`, every "
+                  "training seed in `seed_variance_by_seed.csv`.", ""]
 W2_INTRO = ["### Single- against multi-training-seed design (W2)", "",
-            "A(i): the J unlearning seeds of training seed i; B: one unlearning seed (the smallest) per training "
-            "seed. W2(A(i), B) for every training seed i, against the 95th percentile of its permutation null; every "
-            "seed in `wasserstein_by_seed.csv`.", ""]
+            "A(i): the J unlearning seeds of training seed i; B₋ᵢ: one unlearning seed (the smallest) of every "
+            "other training seed. W2(A(i), B₋ᵢ) for every training seed i, against the 95th percentile of its "
+            "permutation null; every seed in `wasserstein_by_seed.csv`.", ""]
+RANK_INTRO = ["### How misleading is one training seed?", "",
+              "For each training seed i, the methods (other than `retrain`) ranked by the single-training-seed "
+              "design A(i) against the ranking from the other training seeds (mean of their per-seed means); "
+              "smaller |Δ| ranks higher. P(best changes): the share of training seeds whose best method is not "
+              "the others' best, with its Wilson 95% interval; τ: Kendall's τ-b between the two rankings. Every seed "
+              "in `rank_stability_by_seed.csv`.", ""]
+PLAN_INTRO = ["### How many seeds to run", "",
+              "The cheapest I training seeds × J unlearning seeds each whose mean has a standard error ≤ {target} "
+              "(`report.target_se`): SE² = σ_T²/I + σ_U²/(IJ), cost = I·c_T + I·J·c_U, with c_T the median time "
+              "to train M_o and c_U that of M_r plus the method, both measured in this sweep; J* = √(c_T σ_U² / "
+              "(c_U σ_T²)) is the continuous optimum. Every metric in `seed_plan.csv`.", ""]
 
 
 def fmt(value: float | None) -> str:
@@ -137,12 +153,45 @@ def main_rows(frame: pd.DataFrame, columns: list[tuple[str, str, str]]) -> pd.Da
 def variance_section(variance: pd.DataFrame, columns: list[tuple[str, str, str]]) -> list[str]:
     rows = [[r.method, label(r.metric, r.split), str(r.I), fmt(r.J), fmt(r.total),
              interval(r.sigma_t2, r.sigma_t2_low, r.sigma_t2_high),
-             interval(r.sigma_u2, r.sigma_u2_low, r.sigma_u2_high), fmt(r.icc)]
+             interval(r.sigma_u2, r.sigma_u2_low, r.sigma_u2_high),
+             "–" if math.isnan(r.sigma_u2_chi2_low) else f"[{fmt(r.sigma_u2_chi2_low)}, {fmt(r.sigma_u2_chi2_high)}]",
+             spread(r), fmt(r.homogeneity_p), fmt(r.icc)]
             for r in main_rows(variance, columns).itertuples()
             if not (math.isnan(r.total) and math.isnan(r.sigma_u2))]
     if not rows:
         return []
-    return md_table(["method", "metric", "I", "J", "total", "σ_T² [95% CI]", "σ_U² [95% CI]", "ICC"], rows)
+    return md_table(["method", "metric", "I", "J", "total", "σ_T² [95% CI]", "σ_U² [95% CI]", "χ² CI",
+                     "var(Z | S = s): min–max", "equal var. p", "ICC"], rows)
+
+
+def spread(row) -> str:
+    """The range of var(Z | S = s_i) over the training seeds with two unlearning seeds, and how many are 0."""
+    if not row.seeds_with_spread:
+        return "–"
+    deterministic = f" ({row.deterministic_seeds} of {row.seeds_with_spread} det.)" if row.deterministic_seeds else ""
+    return f"{fmt(row.var_by_seed_min)}–{fmt(row.var_by_seed_max)}{deterministic}"
+
+
+def rank_section(ranks: pd.DataFrame) -> list[str]:
+    rows = [[rank_label(r.metric, r.split), r.best_all, str(r.I), str(r.methods),
+             f"{r.p_best_changes:.0%} [{r.p_low:.0%}, {r.p_high:.0%}]",
+             f"{fmt(r.tau_mean)} [{fmt(r.tau_min)}, {fmt(r.tau_max)}]"] for r in ranks.itertuples()]
+    if not rows:
+        return []
+    return md_table(["ranked by", "best over all seeds", "I", "methods", "P(best changes) [95% CI]",
+                     "τ: mean [min, max]"], rows)
+
+
+def plan_section(plans: pd.DataFrame, columns: list[tuple[str, str, str]]) -> list[str]:
+    chosen = [(h, m, s) for h, m, s in columns if m != "time_s"]
+    rows = [[r.method, label(r.metric, r.split), fmt(r.sigma_t2), fmt(r.sigma_u2), fmt(r.cost_train_s),
+             fmt(r.cost_unlearn_s), fmt(r.j_star),
+             "–" if pd.isna(r.plan_I) else f"{int(r.plan_I)} × {int(r.plan_J)}", fmt(r.plan_se), fmt(r.plan_cost_s),
+             r.note] for r in main_rows(plans.assign(role="unlearned"), chosen).itertuples()]
+    if not rows:
+        return []
+    return md_table(["method", "metric", "σ̂_T²", "σ̂_U²", "c_T s", "c_U s", "J*", "I × J", "SE", "cost s", "note"],
+                    rows)
 
 
 def wasserstein_section(wasserstein: pd.DataFrame, columns: list[tuple[str, str, str]]) -> list[str]:
@@ -151,7 +200,7 @@ def wasserstein_section(wasserstein: pd.DataFrame, columns: list[tuple[str, str,
             for r in main_rows(wasserstein, columns).itertuples()]
     if not rows:
         return []
-    return md_table(["method", "metric", "W2(A(i), B): mean [min, max] over i", "null 95% (mean)",
+    return md_table(["method", "metric", "W2(A(i), B₋ᵢ): mean [min, max] over i", "null 95% (mean)",
                      "i with W2 > null", "I", "J"], rows)
 
 
@@ -185,8 +234,12 @@ def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Pat
                   "over the I training seeds; n = values.", "", BEST_RULE, ""]
         columns = section_columns(part)
         lines += main_section(part, columns)
+        target_se = study.plans["target_se"].iloc[0] if not study.plans.empty else None
+        plan_intro = [line.format(target=fmt(target_se)) for line in PLAN_INTRO]
         for intro, section in ((VARIANCE_INTRO, variance_section(matching(variance, select), columns)),
-                               (W2_INTRO, wasserstein_section(matching(wasserstein, select), columns))):
+                               (W2_INTRO, wasserstein_section(matching(wasserstein, select), columns)),
+                               (RANK_INTRO, rank_section(matching(study.ranks, select))),
+                               (plan_intro, plan_section(matching(study.plans, select), columns))):
             lines += [*intro, *section] if section else []
         lines += ["<details><summary>All metrics (mean ± std across training seeds)</summary>", ""]
         lines += all_metrics_section(part)

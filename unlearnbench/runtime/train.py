@@ -2,7 +2,9 @@
 
 No DataLoader and no workers: a batch is an index into the uint8 tensors already on the device, augmented there.
 Under data parallelism every global batch is cut into one chunk per rank, so each rank runs the same number of
-steps and the averaged gradient is that of the global batch.
+steps and DDP's average of the ranks' batch-mean gradients is that of the global batch when the chunks are of one
+size (a batch that does not split evenly, e.g. the last of an epoch, weighs its chunks equally; SSD's importance
+passes reweight their losses to be exact). Batch normalisation uses each rank's own chunk statistics.
 """
 
 from __future__ import annotations
