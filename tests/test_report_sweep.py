@@ -76,8 +76,7 @@ def constructed(tmp_path_factory):
             job = job_fields("mq2007", i, u, task="ranking", model="linear", scenario="clients")
             write_result(second / f"mq2007_t{i}_u{u}", job, rounds)
     run = run_cli([str(first), str(second)], root, program="unlearnbench-report")
-    again = run_cli([str(first), str(second), "--out", str(root / "again"), "--target-se", "0.05"], root,
-                    program="unlearnbench-report")
+    again = run_cli([str(first), str(second), "--out", str(root / "again")], root, program="unlearnbench-report")
     return root, first / "report", run, again
 
 
@@ -185,7 +184,14 @@ def test_per_seed_variances_ranks_and_seed_plan_of_the_constructed_grid(construc
     assert beta["note"].startswith("no training or unlearning time")  # its time_s is null
     assert "How many seeds to run" in (report / "report.md").read_text()
     assert set(plans["target_se"]) == {0.01}  # the default; `--target-se` sets it
-    assert set(pd.read_csv(report.parent.parent / "again" / "seed_plan.csv")["target_se"]) == {0.05}
+    root = report.parent.parent
+    finer = run_cli([str(root / "sweep_a"), "--out", str(root / "finer"), "--target-se", "0.05", "--no-figures"], root,
+                    program="unlearnbench-report")
+    assert finer.returncode == 0, finer.stderr
+    assert set(pd.read_csv(root / "finer" / "seed_plan.csv")["target_se"]) == {0.05}
+    assert "whose mean has a standard error ≤ 0.05" in (root / "finer" / "report.md").read_text()
+    bad = run_cli([str(root / "sweep_a"), "--target-se", "-1"], root, program="unlearnbench-report")
+    assert bad.returncode == 2 and "must be a positive number" in bad.stderr
 
 
 def test_report_md_marks_the_best_method_warns_and_lists_failed_jobs(constructed):
@@ -209,7 +215,8 @@ def test_figures_are_png_files(constructed):
     assert {"designs_digits_resnet18_full_class_acc_forget_test.png",
             "designs_digits_resnet18_full_class_delta_acc_forget_test.png",
             "wasserstein_digits_resnet18_full_class.png", "variance_digits_resnet18_full_class.png",
-            "trajectory_mq2007_linear_clients_ndcg-10.png"} <= names
+            "trajectory_mq2007_linear_clients_ndcg-10_0.png", "seed_study_digits_resnet18_full_class_3.png",
+            "ranks_digits_resnet18_full_class.png"} <= names
     for path in (report / "figures").glob("*.png"):
         content = path.read_bytes()
         assert content.startswith(PNG) and len(content) > 5000, path.name
@@ -314,7 +321,7 @@ def test_real_sweep_report_files_and_statistics(real):
     text = (report / "report.md").read_text()
     assert "fewer than 10 training seeds (I = 3)" in text and "## Failed jobs (0)" in text
     figures = sorted((report / "figures").glob("*.png"))
-    assert {p.name.split("_")[0] for p in figures} == {"designs", "wasserstein", "variance"}
+    assert {p.name.split("_")[0] for p in figures} == {"designs", "wasserstein", "variance", "seed", "ranks"}
     for path in figures:
         assert path.read_bytes().startswith(PNG) and path.stat().st_size > 5000
 

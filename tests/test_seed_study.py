@@ -4,6 +4,7 @@ and the table the README shows; and the `methods=[…]` option it relies on."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from helpers import TINY, results, run_cli
+
+from unlearnbench.errors import UserError
+from unlearnbench.job import chosen
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -76,6 +80,10 @@ def test_methods_option_rejects_unknown_names_and_the_combination_with_plus_meth
     assert "Traceback" not in unknown.stderr and not (tmp_path / "sweep").exists()
     both = run_cli(["methods=[ssd]", "+method=ssd", *TINY], tmp_path)
     assert both.returncode != 0 and "not both" in both.stderr
-    other_task = run_cli(["methods=[ssd,fedremove]", *TINY, "train.epochs=1", "train.milestones=[]"], tmp_path)
-    assert other_task.returncode == 1
-    assert "fedremove is not a method of the image_classification task" in other_task.stderr
+    registered = [{"name": "finetune"}, {"name": "ssd"}, {"name": "lfssd"}]  # the task's methods, registry order
+    assert [m["name"] for m in chosen(registered, ["ssd", "finetune"], "image_classification")] == ["finetune", "ssd"]
+    assert chosen(registered, None, "image_classification") == registered
+    for names, wrong in ((["ssd", "fedremove"], "fedremove"), ([], "(none given)")):
+        with pytest.raises(UserError, match=rf"methods: {re.escape(wrong)} is not a method of the image_classification "
+                                            r"task; valid: finetune, ssd, lfssd"):
+            chosen(registered, names, "image_classification")

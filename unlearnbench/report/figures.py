@@ -14,8 +14,9 @@ Per configuration (dataset · model · scenario):
   the designs A(i₀) and B side by side, the retrained model's quartiles as lines.
 - `ranks_<config>.png`: per ranked metric, Kendall's τ between each training seed's ranking of the methods and the
   other seeds' ranking, a cross where the best method changed (`seed_design.rank_stability`).
-- `trajectory_<config>_<metric>.png` for records with a `round` (the ranking task): mean ± std across all seeds per
-  method and round, one panel per target.
+- `trajectory_<config>_<metric>_<target>.png` for records with a `round` (the ranking task): Figure 3 of the seed
+  study, a row per model (original, retrained, each method), design A(i₀) beside design B, a thin line per run and
+  the mean ± std across runs.
 
 Each PNG is written whole or not at all (`atomic_path`); a figure that cannot be written stops the report with a
 `WriteError` (a full disk is not a figure's problem to hide), any other failure of a kind of figure becomes a
@@ -41,7 +42,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from unlearnbench.files import WriteError, atomic_path, make_folder, remove_file
-from unlearnbench.report.analysis import Study, label, matching
+from unlearnbench.report.analysis import ROLE_ORDER, Study, label, matching
 
 FIGURE_METRICS = [("acc", "forget_test"), ("acc", "retain_test"), ("delta_acc", "forget_test"),
                   ("delta_mia", "forget_train"), ("activation_distance", "forget_train"), ("layer_distance", ""),
@@ -200,28 +201,48 @@ def variance(study: Study, folder: Path) -> list[Path]:
 
 
 def trajectories(study: Study, folder: Path) -> list[Path]:
+    """Figure 3 of the seed study, per configuration, metric recorded per round and target (at most `MAX_PANELS`
+    targets): one row per role and method, design A(i₀) (the runs of the smallest training seed) beside design B
+    (the first unlearning seed of every training seed); a thin line per run, the mean ± std across runs over it."""
     paths = []
     for ident, part in configurations(study, study.rounds):
-        for (metric, split), rows in part.groupby(["metric", "split"], sort=False):
-            targets = list(dict.fromkeys(rows["target"]))[:MAX_PANELS]
-            figure, axes = _panels(len(targets), width=5.0, height=3.4)
-            for axis, target in zip(axes, targets, strict=True):
-                mine = rows[rows["target"] == target]
-                for (role, method), series in mine.groupby(["role", "method"], sort=True):
-                    name = method if role == "unlearned" else f"({role})"
-                    stats = series.groupby("round", sort=True)["value"].agg(["mean", "std"]).fillna({"std": 0.0})
-                    axis.plot(stats.index, stats["mean"], label=name, linewidth=1.2)
-                    axis.fill_between(stats.index, stats["mean"] - stats["std"], stats["mean"] + stats["std"],
-                                      alpha=0.2)
+        for (metric, split, target), rows in part.groupby(["metric", "split", "target"], sort=False):
+            series = [(role, method, mine) for (role, method), mine in rows.groupby(["role", "method"], sort=True)]
+            series.sort(key=lambda item: (ROLE_ORDER.get(item[0], 9), item[1]))
+            figure = Figure(figsize=(10.0, 1.9 * len(series) + 0.9), layout="constrained")
+            FigureCanvasAgg(figure)
+            axes = figure.subplots(len(series), 2, sharex=True, sharey=True, squeeze=False)
+            for (role, method, mine), (left, right) in zip(series, axes, strict=True):
+                first_seed = mine["seed_train"].min()
+                runs = mine.sort_values(["seed_train", "seed_unlearn", "seed_eval", "round"])
+                first_unlearning = runs.groupby("seed_train")["seed_unlearn"].transform("min")
+                designs_ = {"A": runs[runs["seed_train"] == first_seed],
+                            "B": runs[runs["seed_unlearn"] == first_unlearning]}
+                for axis, (design, chosen) in zip((left, right), designs_.items(), strict=True):
+                    _run_lines(axis, chosen, COLOURS[design])
+                name = method if role == "unlearned" else f"({role})"
+                left.set_ylabel(f"{name}\n{metric}", fontsize=8)
+            axes[0][0].set_title(f"A(i₀): training seed {part['seed_train'].min()}, its unlearning seeds", fontsize=9)
+            axes[0][1].set_title("B: one unlearning seed per training seed", fontsize=9)
+            for axis in axes[-1]:
                 axis.set_xlabel("round", fontsize=8)
-                axis.set_ylabel(metric, fontsize=8)
-                axis.set_title(f"target {target}", fontsize=9)
-            figure.legend(*axes[0].get_legend_handles_labels(), loc="outside right center", fontsize=8, frameon=False)
-            figure.suptitle(f"{' · '.join(map(str, ident))}: {label(metric, split)} per round, mean ± std across "
-                            "seeds", fontsize=10)
-            name = f"trajectory_{slug('_'.join(map(str, ident)))}_{slug(metric)}{'_' + slug(split) if split else ''}"
+            figure.suptitle(f"{' · '.join(map(str, ident))}, target {target}: {label(metric, split)} per round "
+                            "(thin: one run; thick: mean ± std)", fontsize=10)
+            name = (f"trajectory_{slug('_'.join(map(str, ident)))}_{slug(metric)}{'_' + slug(split) if split else ''}"
+                    f"_{slug(str(target))}")
             paths.append(_save(figure, folder / f"{name}.png"))
     return paths
+
+
+def _run_lines(axis, runs: pd.DataFrame, colour: str) -> None:
+    """One thin line per run (seed triple), and the mean ± std across runs per round."""
+    for _, run in runs.groupby(["seed_train", "seed_unlearn", "seed_eval"], sort=True):
+        axis.plot(run["round"], run["value"], color=colour, linewidth=0.6, alpha=0.8)
+    summary = runs.groupby("round", sort=True)["value"].agg(["mean", "std"]).fillna({"std": 0.0})
+    axis.plot(summary.index, summary["mean"], color="black", linewidth=1.2)
+    axis.fill_between(summary.index, summary["mean"] - summary["std"], summary["mean"] + summary["std"],
+                      color=colour, alpha=0.2)
+    axis.tick_params(labelsize=7)
 
 
 STUDY_METRICS = [("acc", "retain_test"), ("acc", "forget_test")]
