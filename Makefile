@@ -26,6 +26,7 @@ lint: install
 bench: install
 	$(BIN)/python benchmarks/bench_demo.py
 	$(BIN)/python benchmarks/bench_foltr.py
+	$(BIN)/python benchmarks/bench_decode.py
 
 readme-table: install  # rerun the demo from an empty cache and rewrite README.md's table, naming this machine
 	$(BIN)/python scripts/readme_demo_table.py

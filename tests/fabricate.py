@@ -210,3 +210,38 @@ def write_fashion_mnist(root: str | Path, n_train: int = 6, n_test: int = 4, gz:
             path.write_bytes(content)
         paths[key] = path
     return {**arrays, "paths": paths}
+
+
+def write_image(path: Path, rng: np.random.Generator, mode: str = "RGB", size: tuple[int, int] = (12, 10)) -> None:
+    """A small random image in the format its suffix names (JPEG, PNG, …), in `mode` ("RGB" or greyscale "L")."""
+    from PIL import Image
+
+    shape = (size[1], size[0], 3) if mode == "RGB" else (size[1], size[0])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode).save(path)
+
+
+def write_pins(root: str | Path, per_class: int = 6, seed: int = 105) -> Path:
+    """`root/105_classes_pins_dataset/pins_<Name>/<Name><k>_<id>.jpg`, names with spaces and inconsistent case as on
+    Kaggle (`pins_barack obama`), the five standard targets among them, one greyscale JPEG and one PNG."""
+    rng = np.random.default_rng(seed)
+    names = ["Alex Lawther", "barack obama", "Bill Gates", "Danielle Panabaker", "Hugh Jackman", "Josh Radnor"]
+    base = Path(root) / "105_classes_pins_dataset"
+    for name in names:
+        for k in range(per_class):
+            write_image(base / f"pins_{name}" / f"{name}{k}_{k + 10}.jpg", rng)
+    write_image(base / "pins_barack obama" / "barack obama99_1.jpg", rng, mode="L")
+    write_image(base / "pins_Bill Gates" / "Bill Gates99_2.png", rng, size=(20, 30))
+    return Path(root)
+
+
+def write_caltech101(root: str | Path, per_class: int = 5, seed: int = 101) -> Path:
+    """`root/101_ObjectCategories/<category>/image_000k.jpg` with BACKGROUND_Google, upper- and lower-case categories
+    (sorted case-sensitively: `Faces` before `airplanes`) and a greyscale image."""
+    rng = np.random.default_rng(seed)
+    base = Path(root) / "101_ObjectCategories"
+    for category in ["BACKGROUND_Google", "Faces", "Leopards", "airplanes", "ant"]:
+        for k in range(per_class):
+            write_image(base / category / f"image_{k + 1:04d}.jpg", rng)
+    write_image(base / "ant" / "image_0099.jpg", rng, mode="L")
+    return Path(root)

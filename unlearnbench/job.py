@@ -69,6 +69,7 @@ class Outcome:
     error: str | None = None
     trace: str | None = None
     numerics: dict | None = None  # the float trajectory's identity (runtime/numerics.py), once the job set it up
+    dataset: dict | None = None  # the loaded data's identity, sizes and split (`ImageData.describe`)
     failures: list[dict] = field(default_factory=list)  # (target, method) that failed alone, with the reason
     succeeded: int = 0  # (target, method) pairs scored
 
@@ -155,6 +156,7 @@ class Workbench:
         self.fabric, self.cfg, self.seeds, self.outcome = fabric, cfg, cfg.seeds, outcome
         with outcome.timed("load_data"):
             self.data = build(plan.config["dataset"], "dataset").load().to(fabric.device)
+        outcome.dataset = self.data.describe()
         self.scenario = build(plan.config["scenario"], "scenario")
         if not isinstance(self.scenario, Scenario):
             raise UserError(f"scenario {self.scenario.name} is not an image-classification scenario; valid: "
@@ -165,7 +167,7 @@ class Workbench:
         self.monitor = CostMonitor(fabric.device)
         runtime = cfg.runtime
         channels_last = runtime.channels_last if runtime.channels_last is not None else fabric.device.type == "cuda"
-        identity = {"dataset": self.data.name, "data": self.data.fingerprint(), "model": plan.config["model"],
+        identity = {"dataset": self.data.name, "data": outcome.dataset["fingerprint"], "model": plan.config["model"],
                     "normalisation": [list(self.data.mean), list(self.data.std)],
                     "recipe": plan.config["train"], "channels_last": channels_last, "numerics": outcome.numerics}
         self.store = ModelStore(fabric, self.new_model, ModelCache(cfg.paths.cache_dir), self.normalizer,
@@ -401,7 +403,8 @@ def run_job(cfg: DictConfig) -> dict:
         log.error("the traceback:\n%s", outcome.trace, extra=FILE_ONLY)
     status, error = outcome.status
     result = {"schema": SCHEMA, "status": status, "error": error,
-              "job": job_fields(cfg), "versions": versions(), "numerics": outcome.numerics, "started": started,
+              "job": job_fields(cfg), "versions": versions(), "numerics": outcome.numerics,
+              **({"dataset": outcome.dataset} if outcome.dataset else {}), "started": started,
               "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "cache": outcome.cache, "timings": outcome.timings, "failures": outcome.failures,
               "records": outcome.records}

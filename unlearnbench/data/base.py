@@ -39,6 +39,7 @@ class ImageData:
     test_groups: Tensor | None = None
     group_names: list[str] | None = None
     standard_targets: dict[str, list] = field(default_factory=dict)
+    split: dict = field(default_factory=dict)  # how a loader drew the train/test pools, for result.json
 
     @property
     def num_classes(self) -> int:
@@ -73,6 +74,11 @@ class ImageData:
             train_groups=move(self.train_groups),
             test_groups=move(self.test_groups),
         )
+
+    def describe(self) -> dict:
+        """What result.json records of the data: its identity, the pools' sizes and how they were split."""
+        return {"name": self.name, "fingerprint": self.fingerprint(), "classes": self.num_classes,
+                "train": len(self.train_labels), "test": len(self.test_labels), **self.split}
 
     def fingerprint(self) -> str:
         """sha256 over the name, the class names and every byte of the pools: the cache's dataset identity."""
@@ -132,7 +138,7 @@ class ImageSource(ABC):
         self.name = name
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
-        self.targets = {k: list(v) for k, v in (targets or {}).items()}
+        self.targets = {k: list(v) for k, v in (targets or {}).items() if v is not None}
         self.root = Path(root) if root is not None else Path.cwd()
 
     @abstractmethod
@@ -150,10 +156,10 @@ class ImageSource(ABC):
             )
 
     def build(self, train_images: Tensor, train_labels: Tensor, test_images: Tensor, test_labels: Tensor,
-              classes: list[str], **groups) -> ImageData:
+              classes: list[str], split: dict | None = None, **groups) -> ImageData:
         data = ImageData(self.name, standard_layout(train_images), train_labels.long(), standard_layout(test_images),
                          test_labels.long(), list(classes), self.mean, self.std, standard_targets=self.targets,
-                         **groups)
+                         split=split or {}, **groups)
         check_pools(data)
         return data
 
