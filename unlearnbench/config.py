@@ -75,6 +75,7 @@ class Seeds:
 class Paths:
     data_dir: str = MISSING
     cache_dir: str = MISSING
+    vit_weights: str = MISSING  # model=vit's default `pretrained`: a directory or a hub id in the local HF cache
 
 
 @dataclass
@@ -98,7 +99,9 @@ class TrainRecipe:
     warmup_epochs: float = ranged(1.0, AT_LEAST_0)
     milestones: list[int] = field(default_factory=lambda: [8, 12, 16], metadata={"range": AT_LEAST_1, "each": True})
     gamma: float = ranged(0.2, Range(0, 1, low_open=True))
-    augment: Augment = field(default_factory=Augment)
+    optimizer: str = ranged("sgd", Range(choices=("sgd", "adamw")))  # adamw: the SUPREME ViT recipe (no momentum)
+    schedule: str = ranged("step", Range(choices=("step", "cosine")))  # after the warm-up: ×gamma at milestones, or
+    augment: Augment = field(default_factory=Augment)  # cosine annealing to 0 over the remaining epochs
 
 
 @dataclass

@@ -9,6 +9,7 @@ passes reweight their losses to be exact). Batch normalisation uses each rank's 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 import torch
@@ -119,31 +120,45 @@ def cross_entropy_epochs(fabric: Fabric, model: nn.Module, optimizer: torch.opti
 
 
 def recipe_schedule(optimizer: torch.optim.Optimizer, steps_per_epoch: int, warmup_epochs: float,
-                    milestones: list[int], gamma: float) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warm-up over the first `warmup_epochs`, then ×gamma at each milestone epoch; stepped per batch."""
+                    milestones: list[int], gamma: float, schedule: str = "step",
+                    epochs: int = 1) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up over the first `warmup_epochs`, then (`step`) ×gamma at each milestone epoch or (`cosine`)
+    cosine annealing from the full rate to 0 over the remaining steps; stepped per batch."""
     warmup_steps = max(1, round(warmup_epochs * steps_per_epoch))
+    total_steps = max(epochs * steps_per_epoch, warmup_steps + 1)
 
     def factor(step: int) -> float:
         epoch = step // max(steps_per_epoch, 1)
         warm = min(1.0, (step + 1) / warmup_steps) if warmup_epochs > 0 else 1.0
+        if schedule == "cosine":
+            done = max(0, step + 1 - warmup_steps) / (total_steps - warmup_steps) if warmup_epochs > 0 else (
+                step / total_steps)
+            return warm * 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
         return warm * gamma ** sum(epoch >= m for m in milestones)
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def recipe_optimizer(model: nn.Module, recipe) -> torch.optim.Optimizer:
+    """The recipe's optimizer: SGD with momentum (the SSD authors' ResNet recipe) or AdamW (the SUPREME ViT one)."""
+    if recipe.optimizer == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=recipe.lr, momentum=recipe.momentum,
+                           weight_decay=recipe.weight_decay)
+
+
 def train_recipe(fabric: Fabric, model: nn.Module, subset: Subset, recipe, normalizer: Normalizer,
                  generator: torch.Generator) -> tuple[nn.Module, float]:
-    """Train a freshly initialised model with the reference recipe (SGD, warm-up, multi-step decay, augmentation).
+    """Train a freshly initialised model with the reference recipe (SGD or AdamW, warm-up, multi-step or cosine
+    decay, augmentation).
 
     Returns the Fabric-wrapped model and its accuracy on the last epoch's augmented training batches.
     """
-    optimizer = torch.optim.SGD(model.parameters(), lr=recipe.lr, momentum=recipe.momentum,
-                                weight_decay=recipe.weight_decay)
-    model, optimizer = fabric.setup(model, optimizer)
+    model, optimizer = fabric.setup(model, recipe_optimizer(model, recipe))
     augmentation = {"crop_padding": recipe.augment.crop_padding, "flip": recipe.augment.flip,
                     "rotation": recipe.augment.rotation}
     batches = Batches(fabric, subset, recipe.batch_size, normalizer, generator, augmentation)
     scheduler = recipe_schedule(optimizer, len(batches), recipe.warmup_epochs, list(recipe.milestones),
-                                recipe.gamma)
+                                recipe.gamma, recipe.schedule, recipe.epochs)
     accuracy = cross_entropy_epochs(fabric, model, optimizer, batches, recipe.epochs, scheduler)
     return model, accuracy
