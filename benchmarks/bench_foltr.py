@@ -15,9 +15,9 @@ import numpy as np
 
 from unlearnbench.ltr.data import SyntheticLetor
 from unlearnbench.ltr.federation import ModelPoisoning, Simulator, train_federation
+from unlearnbench.ltr.methods.base import FederatedTask
+from unlearnbench.ltr.methods.fed_finetune import FedFinetune
 from unlearnbench.ltr.pdgd import CLICK_MODELS, Ndcg
-from unlearnbench.ltr.unlearning import FederatedTask
-from unlearnbench.methods.fed_finetune import FedFinetune
 
 TARGET_S = 10.0
 

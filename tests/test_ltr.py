@@ -21,12 +21,12 @@ from unlearnbench.ltr.federation import (
     fedavg,
     train_federation,
 )
+from unlearnbench.ltr.methods.base import FederatedTask
+from unlearnbench.ltr.methods.fed_finetune import FedFinetune
+from unlearnbench.ltr.methods.fed_retrain import FedRetrain
+from unlearnbench.ltr.methods.federaser import FedEraser
+from unlearnbench.ltr.methods.fedremove import FedRemove
 from unlearnbench.ltr.pdgd import CLICK_MODELS, Ndcg, cascade_clicks, display, pdgd_gradient, pdgd_pairs
-from unlearnbench.ltr.unlearning import FederatedTask
-from unlearnbench.methods.fed_finetune import FedFinetune
-from unlearnbench.methods.fed_retrain import FedRetrain
-from unlearnbench.methods.federaser import FedEraser
-from unlearnbench.methods.fedremove import FedRemove
 
 RNG = np.random.default_rng(7)
 

@@ -47,6 +47,11 @@ class ModelPoisoning:
     queries_per_round: int = 5
 
     def __post_init__(self) -> None:
+        counts = {"clients": self.clients, "rounds": self.rounds, "unlearning_rounds": self.unlearning_rounds,
+                  "queries_per_round": self.queries_per_round}
+        small = [f"scenario.{name}={value}" for name, value in counts.items() if value < 1]
+        if small:
+            raise UserError(f"scenario {self.name}: {', '.join(small)} is not valid; valid: a whole number >= 1")
         self.malicious = tuple(int(k) for k in self.malicious)
         bad = [k for k in self.malicious if not 0 <= k < self.clients]
         if bad:
@@ -88,6 +93,9 @@ def initial_weights(features: int, rng: np.random.Generator) -> np.ndarray:
     return 0.01 * u / np.linalg.norm(u)
 
 
+Constraint = Callable[[np.ndarray], np.ndarray]  # C × F local models → the same, e.g. a projection
+
+
 class Simulator:
     """Local training of a set of clients on one query set, with a click model and a learning rate."""
 
@@ -97,10 +105,12 @@ class Simulator:
         self.ideal = pdgd.ideal_dcg(train.labels)  # IDCG@10 per training query, for the online NDCG of shown lists
 
     def local_models(self, start: np.ndarray, queries: np.ndarray, rngs: Sequence[np.random.Generator],
-                     behaviours: Sequence[Behaviour]) -> tuple[np.ndarray, float]:
+                     behaviours: Sequence[Behaviour], constraint: Constraint | None = None) -> tuple[np.ndarray, float]:
         """Each client's model after its queries (C × q query indices), starting from `start` (F, or C × F for a
-        copy each); and the mean NDCG@10 of the lists shown (NaN when no query had a relevant document)."""
+        copy each), `constraint` applied after every step; and the round's online NDCG@10 (`online_ndcg`)."""
         clients, steps = queries.shape
+        if clients == 0:
+            return np.zeros((0, self.features)), float("nan")
         rows = np.arange(clients)[:, None]
         weights = np.tile(start, (clients, 1)) if start.ndim == 1 else start.copy()
         gumbel, uniform, gamma, normal = self.draw(rngs, steps)
@@ -111,18 +121,19 @@ class Simulator:
         dcg = np.zeros((steps, clients))
         for step in range(steps):
             q = queries[:, step]
-            features, labels = self.train.features[q], self.train.labels[q]
+            width = self.train.sizes[q].max()  # this step's longest query: the padding beyond it plays no part
+            features, labels = self.train.features[q, :width], self.train.labels[q, :width]
             scores = pdgd.scores_of(features, labels >= 0, weights)
-            ranking, shown = pdgd.display(scores, gumbel[:, step])
-            clicks = pdgd.cascade_clicks(labels[rows, ranking], shown, uniform[:, step, : ranking.shape[1]],
-                                         self.model)
+            ranking, shown = pdgd.display(scores, gumbel[:, step, :width])
+            relevance = labels[rows, ranking]
+            clicks = pdgd.cascade_clicks(relevance, shown, uniform[:, step, : ranking.shape[1]], self.model)
             gradient = pdgd.pdgd_gradient(features, scores, ranking, shown, clicks)
             mu = gradient.mean(1, keepdims=True) + gradient.std(1, keepdims=True) * normal[:, step]
             weights += self.lr * (sign * gamma[step][:, None] * gradient + noise_sign * mu)
-            dcg[step] = pdgd.list_dcg(labels, ranking, shown)
-        ideal = self.ideal[queries.T]
-        relevant = ideal > 0
-        return weights, float(np.mean(dcg[relevant] / ideal[relevant])) if relevant.any() else float("nan")
+            if constraint is not None:
+                weights = constraint(weights)
+            dcg[step] = pdgd.list_dcg(relevance, shown)
+        return weights, online_ndcg(dcg, self.ideal[queries.T])
 
     def draw(self, rngs: Sequence[np.random.Generator], steps: int) -> tuple[np.ndarray, ...]:
         """Each client's randomness for a round, from its own stream: Gumbel noise for the list (C × q × D), the
@@ -132,20 +143,54 @@ class Simulator:
         return tuple(np.stack(parts) for parts in zip(*draws, strict=True))
 
 
-class QueryCursor:
-    """Each client's next queries: its partition in order, wrapping around (the pointers persist across phases)."""
+def online_ndcg(dcg: np.ndarray, ideal: np.ndarray) -> float:
+    """The online NDCG@10 of a round, as the reference's: each shown list's NDCG@10, 0 for a query without a relevant
+    document (`evl_tool.query_ndcg_at_k`), averaged over each client's queries and then over the clients; every
+    client takes as many queries as the others, so this is the mean over all lists (q × C)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.where(ideal > 0, dcg / ideal, 0.0).mean())
 
-    def __init__(self, partitions: np.ndarray, pointers: np.ndarray | None = None) -> None:
-        self.partitions = partitions
+
+QUERY_BUDGETS = {"capped": False, "wrapped": True}  # name → whether a client may go round its partition in a round
+
+
+class QueryCursor:
+    """Each client's next queries: its partition in order from its pointer (the pointers persist across phases).
+
+    Capped (the reference's `client_ranker_update`): a client takes min(count, P) queries, at most one pass over its
+    P queries, and its pointer moves on by as many, modulo P. Wrapped: exactly `count`, going round the partition
+    as often as that needs (e.g. 1000 on a partition of 101 is about ten passes).
+    """
+
+    def __init__(self, partitions: np.ndarray, pointers: np.ndarray | None = None, wrap: bool = False) -> None:
+        self.partitions, self.wrap = partitions, wrap
         self.pointers = np.zeros(len(partitions), dtype=np.int64) if pointers is None else pointers.copy()
 
+    @staticmethod
+    def pointers_at(partitions: np.ndarray, rounds: int, per_round: int) -> np.ndarray:
+        """Every client's pointer after `rounds` training rounds of `per_round` capped queries each."""
+        size = partitions.shape[1]
+        return np.full(len(partitions), rounds * min(per_round, size) % size, dtype=np.int64)
+
+    def budget(self, count: int) -> int:
+        """The queries a client takes when asked for `count`."""
+        return count if self.wrap else min(count, self.partitions.shape[1])
+
     def take(self, clients: Sequence[int], count: int) -> np.ndarray:
-        size = self.partitions.shape[1]
+        size, count = self.partitions.shape[1], self.budget(count)
         rows = []
         for k in clients:
             rows.append(self.partitions[k, (self.pointers[k] + np.arange(count)) % size])
             self.pointers[k] = (self.pointers[k] + count) % size
         return np.array(rows)
+
+
+def mean_online(groups: Sequence[tuple[np.ndarray, float]]) -> float:
+    """The online NDCG of a round whose clients stepped in several groups (`local_models` results): the mean over
+    the clients of each client's mean, as one call over all of them would give; NaN when no group showed a list."""
+    sizes = np.array([len(local) for local, online in groups if len(local) and np.isfinite(online)])
+    values = np.array([online for local, online in groups if len(local) and np.isfinite(online)])
+    return float(values @ sizes / sizes.sum()) if len(sizes) else float("nan")
 
 
 def fedavg(local: np.ndarray) -> np.ndarray:

@@ -6,6 +6,7 @@
     for each method a:
         rounds <- a(trained), U unlearning rounds       timed; memory and utilisation sampled
         records += NDCG@10 after every unlearning round (round T+1..T+U), online NDCG, ‖w_T − w‖
+                   (a method whose weights turn non-finite: null from that round on, listed in `failures`)
 """
 
 from __future__ import annotations
@@ -19,25 +20,35 @@ from lightning_fabric import Fabric
 from unlearnbench import __version__
 from unlearnbench.components import build
 from unlearnbench.errors import UserError
-from unlearnbench.job import JobPlan, Outcome, cost_scores
+from unlearnbench.job import Diverged, JobPlan, Outcome, cost_scores
 from unlearnbench.ltr.data import LetorData
-from unlearnbench.ltr.federation import ModelPoisoning, Simulator, TrainedFederation, train_federation
+from unlearnbench.ltr.federation import ModelPoisoning, Rounds, Simulator, TrainedFederation, train_federation
+from unlearnbench.ltr.methods.base import FederatedTask
 from unlearnbench.ltr.pdgd import Ndcg, click_model
-from unlearnbench.ltr.unlearning import FederatedTask
 from unlearnbench.metrics.scoring import finite
 from unlearnbench.runtime.cache import ModelCache, cache_key
 from unlearnbench.runtime.monitor import CostMonitor
 
 ONLINE_DISCOUNT = 0.9995
+TRAINING_REVISION = 2  # raised whenever training's numbers change (2: ρ from stable denominators), so no stale cache
 
 
 def discounted(online: np.ndarray) -> float | None:
-    """The online metric: Σ_t 0.9995^t · (mean NDCG@10 of the lists shown in round t), over rounds with a value;
-    None for a method that shows no list (FedRemove)."""
+    """The online metric, as the reference's `online_ndcg_performance`: Σ_i 0.9995^i · (the online NDCG@10 of the
+    i-th round that showed lists, i from 0), so a round without lists (FedEraser's first, replayed from storage)
+    neither counts nor shifts the discount; None for a method that shows no list (FedRemove)."""
     online = np.asarray(online, dtype=float)
-    if not np.isfinite(online).any():
+    shown = online[np.isfinite(online)]
+    if not len(shown):
         return None
-    return float(np.nansum(ONLINE_DISCOUNT ** np.arange(len(online)) * online))
+    return float(ONLINE_DISCOUNT ** np.arange(len(shown)) @ shown)
+
+
+def finite_rounds(models: np.ndarray) -> int:
+    """How many leading rounds' models (R × F) have finite weights: a NaN or an infinity never leaves a linear
+    ranker again, and its lists are arbitrary (NaN scores still sort), so nothing from that round on is scored."""
+    finite = np.isfinite(models).all(1)
+    return len(models) if finite.all() else int(np.argmin(finite))
 
 
 def trained_federation(cache: ModelCache, data: LetorData, scenario: ModelPoisoning, model: dict, seed: int,
@@ -46,7 +57,8 @@ def trained_federation(cache: ModelCache, data: LetorData, scenario: ModelPoison
     keyed by this machine's numerics too (NumPy's kernels follow the CPU)."""
     training = {k: v for k, v in vars(scenario).items() if k != "unlearning_rounds"}
     key = cache_key({"artefact": "federated_ltr", "dataset": data.name, "data": data.fingerprint(), "model": model,
-                     "scenario": training, "seed": seed, "version": __version__, "numerics": outcome.numerics})
+                     "scenario": training, "seed": seed, "version": __version__, "numerics": outcome.numerics,
+                     "training": TRAINING_REVISION})
 
     def train() -> tuple[dict[str, torch.Tensor], dict]:
         start = time.perf_counter()
@@ -57,7 +69,12 @@ def trained_federation(cache: ModelCache, data: LetorData, scenario: ModelPoison
     with outcome.timed("original"):
         entry = cache.get_or_build(key, train)
     outcome.cache["original"] = {"key": key, "hit": entry.hit, "train_s": entry.meta.get("train_s")}
-    return TrainedFederation(**{name: tensor.numpy() for name, tensor in entry.state.items()})
+    trained = TrainedFederation(**{name: tensor.numpy() for name, tensor in entry.state.items()})
+    scored = finite_rounds(trained.globals)
+    if scored < len(trained.globals):
+        raise UserError(f"training diverged: the global model's weights are not finite from round {scored} on, so "
+                        f"no method can be compared; lower model.lr")
+    return trained
 
 
 def curve(outcome: Outcome, target: str, method: str | None, role: str, values: np.ndarray, first: int) -> None:
@@ -95,11 +112,26 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                 with outcome.timed(f"method:{method.name}"), monitor.measure() as cost:
                     rounds = method.unlearn(trained, task)
                 with outcome.timed(f"evaluation:{method.name}"):
-                    curve(outcome, target, method.name, "unlearned", ndcg.curve(np.array(rounds.globals)),
-                          len(trained.globals))
-                final = rounds.globals[-1] if rounds.globals else trained.final
-                outcome.add(target, method.name, "unlearned",
-                            {("online_ndcg", None): discounted(rounds.online),
-                             ("weight_distance", None): float(np.linalg.norm(trained.final - final)),
-                             **cost_scores(method.cost(cost, task))})
+                    score_method(outcome, target, method.name, trained, rounds, ndcg,
+                                 cost_scores(method.cost(cost, task)))
     return outcome
+
+
+def score_method(outcome: Outcome, target: str, method: str, trained: TrainedFederation, rounds: Rounds,
+                 ndcg: Ndcg, costs: dict) -> None:
+    """A method's records: NDCG@10 after each unlearning round, online NDCG, ‖w_T − w‖ and its cost. A method whose
+    weights turned non-finite is `Diverged`: NDCG@10 null from that round on, online NDCG and distance null (they
+    would be numbers of a broken model), its cost kept; the job goes on with the next method."""
+    models = np.array(rounds.globals).reshape(len(rounds.globals), len(trained.final))
+    scored = finite_rounds(models)
+    values = np.concatenate([ndcg.curve(models[:scored]), np.full(len(models) - scored, np.nan)])
+    curve(outcome, target, method, "unlearned", values, len(trained.globals))
+    final = models[-1] if len(models) else trained.final
+    scores = {("online_ndcg", None): discounted(rounds.online),
+              ("weight_distance", None): float(np.linalg.norm(trained.final - final))}
+    if scored < len(models):
+        scores = dict.fromkeys(scores)
+    outcome.add(target, method, "unlearned", scores | costs)
+    if scored < len(models):
+        raise Diverged(f"{method} diverged: its weights are not finite from round {len(trained.globals) + scored} on "
+                       f"(unlearning round {scored + 1}); its metrics are null")

@@ -8,6 +8,7 @@ References: Oosterhuis and de Rijke, "Differentiable Unbiased Online Learning to
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,9 +47,9 @@ def scores_of(features: np.ndarray, valid: np.ndarray, weights: np.ndarray) -> n
 
 def top_k(keys: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k largest keys per row, in descending order of key (B × k)."""
+    rows = np.arange(len(keys))[:, None]
     top = np.argpartition(-keys, k - 1, axis=1)[:, :k] if k < keys.shape[1] else np.tile(np.arange(k), (len(keys), 1))
-    order = np.argsort(-np.take_along_axis(keys, top, 1), axis=1, kind="stable")
-    return np.take_along_axis(top, order, 1)
+    return top[rows, np.argsort(-keys[rows, top], axis=1, kind="stable")]
 
 
 def display(scores: np.ndarray, gumbel: np.ndarray, depth: int = DEPTH) -> tuple[np.ndarray, np.ndarray]:
@@ -58,13 +59,13 @@ def display(scores: np.ndarray, gumbel: np.ndarray, depth: int = DEPTH) -> tuple
     trick): the same distribution as drawing rank after rank.
     """
     ranking = top_k(scores + gumbel, min(depth, scores.shape[1]))
-    return ranking, np.isfinite(np.take_along_axis(scores, ranking, 1))
+    return ranking, np.isfinite(scores[np.arange(len(scores))[:, None], ranking])
 
 
 def cascade_clicks(relevance: np.ndarray, shown: np.ndarray, uniform: np.ndarray, model: ClickModel) -> np.ndarray:
     """Clicks (B × K) of a cascade user walking each list top-down: click if u1 < P(click | r); after a click, stop
     if u2 < P(stop | r). `uniform` holds (u1, u2) per position: B × K × 2."""
-    r = np.clip(relevance, 0, 2)
+    r = np.minimum(relevance, 2)  # padding (−1) reads the last entry, but is never shown
     clicked = shown & (uniform[..., 0] < np.asarray(model.click)[r])
     stops = clicked & (uniform[..., 1] < np.asarray(model.stop)[r])
     stopped_above = (np.cumsum(stops, axis=1) - stops) > 0
@@ -83,32 +84,91 @@ class Pairs:
     weight: np.ndarray
 
 
+@dataclass(frozen=True)
+class Remaining:
+    """The Plackett–Luce denominators of a batch of lists, rank by rank, each on its own scale, so that no sum of
+    positive terms is ever formed by subtraction (a running total − Σ shown cancels to 0 or below once one document
+    outscores the rest by ~37, and ρ turns NaN).
+
+    For list b and rank r, m[b, r] is the largest score among the documents not yet placed above rank r (the shown
+    ones at ranks ≥ r and the never-shown ones); before[b, h, r] = Σ exp(z_j − m[b, r]) over shown ranks r ≤ j < h
+    (z_j the score shown at rank j, h = 0..K+1: the ranks are padded by one empty place on each side) and
+    unshown[b, r] = Σ exp(s − m[b, r]) over the documents never shown. So D_r = e^{m[b, r]} · total[b, r] with
+    total = before[b, K + 1, r] + unshown[b, r] ≥ 1. (h before r: a pair's rows are gathered as one block.)
+    """
+
+    shown_scores: np.ndarray  # B × K, −inf where no document is shown
+    m: np.ndarray  # B × K
+    before: np.ndarray  # B × (K + 2) × K
+    after: np.ndarray  # B × (K + 2) × K: after[b, h, r] = Σ exp(z_j − m[b, r]) over shown ranks j ≥ max(r, h − 1)
+    unshown: np.ndarray  # B × K
+
+    @classmethod
+    def of(cls, scores: np.ndarray, ranking: np.ndarray, shown: np.ndarray) -> Remaining:
+        rows, k = np.arange(len(ranking))[:, None], ranking.shape[1]
+        z = np.where(shown, scores[rows, ranking], -np.inf)
+        never_shown = scores.copy()
+        never_shown[rows, ranking] = -np.inf
+        log_unshown = logsumexp(never_shown)  # B (−inf when every document is shown)
+        m = np.maximum(np.maximum.accumulate(z[:, ::-1], axis=1)[:, ::-1], log_unshown[:, None])
+        padded = np.full((len(z), k + 2), -np.inf)
+        padded[:, 1:-1] = z
+        with np.errstate(invalid="ignore"):  # ranks past a short list have m = −inf: NaN there, never read
+            e = np.exp(np.where(at_or_below(k), padded[:, :, None] - m[:, None, :], -np.inf))
+            unshown = np.exp(log_unshown[:, None] - m)
+        return cls(z, m, np.cumsum(e, axis=1), np.cumsum(e[:, ::-1], axis=1)[:, ::-1], unshown)
+
+    def log_ratios(self, query: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+        """log P(R)/P(R*) per pair, R* the list with ranks low < high swapped: Σ over ranks r in (low, high] of
+        log D*_r − log D_r, where D*_r holds the documents of D_r except the one at `high`, plus the one at `low`.
+
+        Every sum is of positive terms: the documents of D_r other than `high` are those at ranks r..high−1, those
+        below `high` and the unshown ones, read from the forward and backward cumulative sums around `high`.
+        """
+        others = self.before[query, high] + self.after[query, high + 2] + self.unshown[query]  # pairs × K
+        lowered = self.shown_scores[query, low][:, None] - self.m[query]  # log of the `low` document's term
+        positions = np.arange(self.m.shape[1])[None]
+        between = (positions > low[:, None]) & (positions <= high[:, None])
+        with np.errstate(divide="ignore", invalid="ignore"):  # terms outside (low, high] are masked out below
+            swapped = np.logaddexp(np.log(others), lowered)
+            original = np.log(self.before[query, -1] + self.unshown[query])
+        return np.where(between, swapped - original, 0.0).sum(1)
+
+
+@functools.cache
+def at_or_below(k: int) -> np.ndarray:
+    """[h, r]: padded place h (rank h − 1) is at or below rank r, for K = k ranks padded by one place each side."""
+    return np.arange(k + 2)[:, None] - 1 >= np.arange(k)[None, :]
+
+
+def logsumexp(values: np.ndarray) -> np.ndarray:
+    """log Σ exp along the last axis, shifted by the row's maximum; −inf for a row of −inf."""
+    top = values.max(-1)
+    finite = np.isfinite(top)
+    shift = np.where(finite, top, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.where(finite, shift + np.log(np.exp(values - shift[..., None]).sum(-1)), -np.inf)
+
+
 def pdgd_pairs(scores: np.ndarray, ranking: np.ndarray, shown: np.ndarray, clicks: np.ndarray) -> Pairs:
     """Examined: the top of the list down to one place below the last click. ρ_ab = P(R*)/(P(R) + P(R*)), R* the
     list with a and b swapped, P the product of the Plackett–Luce step probabilities over the ranks between them,
-    with denominators over all documents of the query. Numerators cancel, so log P(R)/P(R*) = Σ over ranks r in
-    (lo, hi] of log D*_r − log D_r, where D_r = Σ e^s over the documents not yet placed and D*_r = D_r + e_lo − e_hi.
+    with denominators over all documents of the query (as the reference's `_calculate_unbias_weights`, which also
+    rescales each rank's denominator by its own maximum). Numerators cancel, so log P(R)/P(R*) = Σ over ranks r in
+    (lo, hi] of log D*_r − log D_r (`Remaining.log_ratios`), and ρ = 1/(1 + P(R)/P(R*)) is taken from its log.
     """
     rows, k = np.arange(len(ranking))[:, None], ranking.shape[1]
     positions = np.arange(k)
     last_click = np.where(clicks.any(1), k - 1 - np.argmax(clicks[:, ::-1], axis=1), -2)
     examined = shown & (positions[None] <= (last_click + 1)[:, None])
     query, a, b = np.nonzero(clicks[:, :, None] & (examined & ~clicks)[:, None, :])  # one entry per pair
-
-    finite = np.isfinite(scores)
-    exp = np.exp(np.where(finite, scores - np.max(np.where(finite, scores, -np.inf), 1, keepdims=True), -np.inf))
-    shown_exp = np.where(shown, exp[rows, ranking], 0.0)
-    denominators = exp.sum(1, keepdims=True) - (np.cumsum(shown_exp, 1) - shown_exp)  # B × K
-    low, high = np.minimum(a, b), np.maximum(a, b)
-    delta = shown_exp[query, low] - shown_exp[query, high]
-    between = (positions[None] > low[:, None]) & (positions[None] <= high[:, None])  # pairs × K
-    with np.errstate(divide="ignore", invalid="ignore"):  # ranks past a short list have D_r = 0; masked out
-        log_ratio = np.where(between, np.log1p(delta[:, None] / denominators[query]), 0.0).sum(1)  # log P(R)/P(R*)
-    rho = 1.0 / (1.0 + np.exp(log_ratio))  # P(R*) / (P(R) + P(R*))
-
+    if len(query) == 0:
+        return Pairs(query, a, b, np.zeros(0), np.zeros(0))
+    log_ratio = Remaining.of(scores, ranking, shown).log_ratios(query, np.minimum(a, b), np.maximum(a, b))
+    rho = np.exp(-np.logaddexp(0.0, log_ratio))  # 1 / (1 + e^L), without overflow
     shown_scores = scores[rows, ranking]
-    logistic = 1.0 / (1.0 + np.exp(shown_scores[query, b] - shown_scores[query, a]))  # σ(s_a − s_b)
-    return Pairs(query, a, b, rho, rho * logistic * (1.0 - logistic))  # e^a e^b / (e^a + e^b)² = σ(d)σ(−d)
+    gap = np.exp(-np.abs(shown_scores[query, a] - shown_scores[query, b]))
+    return Pairs(query, a, b, rho, rho * gap / (1.0 + gap) ** 2)  # e^a e^b/(e^a + e^b)² = e^−|d|/(1 + e^−|d|)²
 
 
 def pdgd_gradient(features: np.ndarray, scores: np.ndarray, ranking: np.ndarray, shown: np.ndarray,
@@ -129,7 +189,7 @@ def dcg_weights(depth: int = DEPTH) -> np.ndarray:
 
 def gain(labels: np.ndarray) -> np.ndarray:
     """The DCG gain 2^rel − 1 of relevance labels (padding −1 gains 0)."""
-    return 2.0 ** np.clip(labels, 0, None) - 1.0
+    return np.exp2(np.maximum(labels, 0)) - 1.0
 
 
 def ideal_dcg(labels: np.ndarray, depth: int = DEPTH) -> np.ndarray:
@@ -138,9 +198,9 @@ def ideal_dcg(labels: np.ndarray, depth: int = DEPTH) -> np.ndarray:
     return gains @ dcg_weights(depth)[: gains.shape[1]]
 
 
-def list_dcg(labels: np.ndarray, ranking: np.ndarray, shown: np.ndarray, depth: int = DEPTH) -> np.ndarray:
-    """DCG@depth of each displayed list (B)."""
-    gains = np.where(shown, gain(np.take_along_axis(labels, ranking, 1)), 0.0)
+def list_dcg(relevance: np.ndarray, shown: np.ndarray, depth: int = DEPTH) -> np.ndarray:
+    """DCG@depth of each displayed list (B) from the labels of its documents in display order (B × K)."""
+    gains = np.where(shown, gain(relevance), 0.0)
     return gains @ dcg_weights(depth)[: gains.shape[1]]
 
 

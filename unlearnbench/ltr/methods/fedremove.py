@@ -1,8 +1,9 @@
 """FedRemove: replay training without the malicious clients' updates, with no new interaction.
 
 Unlearning round i sets the global model to the mean of the retained clients' stored local models of training
-round i. Deterministic given training (zero variance across unlearning seeds), and it stays poisoned: the retained
-clients' local models were trained from poisoned global models.
+round i (the reference's `fed_remove`). Deterministic given training (zero variance across unlearning seeds), and it
+stays poisoned: the retained clients' local models were trained from poisoned global models. No list is shown, so
+it has no online NDCG (the reference records none either).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from unlearnbench.ltr.federation import Rounds, TrainedFederation
-from unlearnbench.ltr.unlearning import FederatedMethod, FederatedTask
+from unlearnbench.ltr.methods.base import FederatedMethod, FederatedTask
 
 
 class FedRemove(FederatedMethod):
