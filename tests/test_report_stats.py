@@ -241,6 +241,8 @@ def test_heterogeneity_is_reported_per_training_seed_with_the_brown_forsythe_tes
     assert (mixed.deterministic_seeds, mixed.seeds_with_spread) == (4, 6)
     assert scipy_stats.levene(*[[1.0] * 4, [2.0] * 4, [0.0, 1.0, 2.0, 3.0], [5.0] * 4, [1.0, 1.5, 1.0, 0.5],
                                 [3.0] * 4], center="median").pvalue == pytest.approx(mixed.homogeneity_p)
+    pairs = nested_variance([rng.normal(0, 1, 2) for _ in range(11)])  # J = 2: the test is undefined, not a rejection
+    assert math.isnan(pairs.homogeneity_p) and pairs.sigma_u2_chi2_low <= pairs.sigma_u2 <= pairs.sigma_u2_chi2_high
 
 
 def test_leaving_seed_i_out_of_design_b_gives_the_permutation_null_its_size():

@@ -254,7 +254,7 @@ def seed_study(study: Study, folder: Path) -> list[Path]:
     design B side by side, the retrained model's quartiles as horizontal lines."""
     paths = []
     for ident, part in configurations(study, study.values):
-        chosen = part[part[["metric", "split"]].apply(tuple, axis=1).isin(STUDY_METRICS)]
+        chosen = part[pd.MultiIndex.from_frame(part[["metric", "split"]]).isin(STUDY_METRICS)]
         for target in list(dict.fromkeys(chosen[chosen["role"] == "unlearned"]["target"]))[:MAX_PANELS]:
             figure, axes = _panels(len(STUDY_METRICS), width=5.5, height=3.6)
             handles: list = []

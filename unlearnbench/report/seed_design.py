@@ -128,9 +128,11 @@ def costs(values: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def seed_plans(variance: pd.DataFrame, values: pd.DataFrame, keys: list[str], main: list[tuple[str, str]],
                target_se: float = TARGET_SE) -> pd.DataFrame:
     """seed_plan.csv: per configuration, target, method and main metric, the cheapest (I, J) for `target_se`."""
+    if variance.empty:
+        return pd.DataFrame(columns=[*keys, *PLAN_COLUMNS])
     rows = []
-    unlearned = variance[(variance["role"] == "unlearned") & variance[["metric", "split"]].apply(tuple, axis=1)
-                         .isin(main)] if not variance.empty else variance
+    unlearned = variance[(variance["role"] == "unlearned")
+                         & pd.MultiIndex.from_frame(variance[["metric", "split"]]).isin(main)]
     if unlearned.empty:
         return pd.DataFrame(columns=[*keys, *PLAN_COLUMNS])
     priced = unlearned.merge(costs(values, keys), on=[*keys, "target", "method"], how="left")

@@ -251,16 +251,14 @@ def seed_variances(groups: Sequence[np.ndarray]) -> np.ndarray:
 
 def homogeneity(groups: Sequence[np.ndarray]) -> tuple[float, float]:
     """(W, p) of the Brown–Forsythe test (Levene's test on absolute deviations from the group medians; robust to
-    non-normal errors) that every training seed has the same var(Z | S = s), over the groups with two or more values.
-    Every group constant: (0, 1), nothing differs. NaN with fewer than two such groups."""
-    spread = [g for g in groups if len(g) >= 2]
+    non-normal errors) that every training seed has the same var(Z | S = s), over the groups with three or more
+    values: with two, both deviations from the median are |a − b|/2, the test's within-group spread is 0 and W is
+    meaningless. Every such group constant: (0, 1), nothing differs. NaN with fewer than two such groups."""
+    spread = [g for g in groups if len(g) >= 3]
     if len(spread) < 2:
         return math.nan, math.nan
-    deviations = [np.abs(g - np.median(g)) for g in spread]
-    if all(np.all(d == 0) for d in deviations):
+    if all(np.all(g == g[0]) for g in spread):
         return 0.0, 1.0
-    if all(np.all(d == d[0]) for d in deviations):  # no spread within any group: the test's denominator is 0
-        return math.inf, 0.0
     statistic, p = stats.levene(*spread, center="median")
     return float(statistic), float(p)
 
