@@ -17,8 +17,8 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(BIN)/unlearnbench
 
-test: install
-	$(BIN)/python -m pytest -q
+test: install  # one worker per core (pytest-xdist), each test file on one worker (module fixtures built once)
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 lint: install
 	$(BIN)/ruff check unlearnbench conf tests benchmarks scripts
@@ -27,6 +27,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_demo.py
 	$(BIN)/python benchmarks/bench_foltr.py
 	$(BIN)/python benchmarks/bench_decode.py
+	$(BIN)/python benchmarks/bench_throughput.py
 
 readme-table: install  # rerun the demo from an empty cache and rewrite README.md's table, naming this machine
 	$(BIN)/python scripts/readme_demo_table.py

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -49,4 +50,29 @@ class FillingDisk(Method):
                 if error.errno != errno.ENOSPC:
                     raise
         os.sync()
+        return model
+
+
+class Gated(Method):
+    """Holds the job of training seed `hold` (any other passes straight through): its first start marks
+    `folder/started-<seed>` (a line: pid, SLURM job) and waits for `folder/release`, so that a test can requeue or
+    cancel it mid-job; a later start (a requeued or resumed job) passes."""
+
+    def __init__(self, name: str, folder: str, seed: int, hold: int, wait_s: float = 300.0) -> None:
+        super().__init__(name)
+        self.folder, self.seed, self.hold, self.wait_s = Path(folder), seed, hold, wait_s
+
+    def unlearn(self, model: nn.Module, task: UnlearningTask) -> nn.Module:
+        if self.seed != self.hold:
+            return model
+        started = self.folder / f"started-{self.seed}"
+        first = not started.exists()
+        with open(started, "a") as f:
+            job = f"{os.environ.get('SLURM_ARRAY_JOB_ID')}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
+            f.write(f"{os.getpid()} {job}\n")
+        deadline = time.monotonic() + self.wait_s
+        while first and not (self.folder / "release").exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nobody released {self.folder}")
+            time.sleep(0.1)
         return model

@@ -101,6 +101,10 @@ def test_slurm_preset_uses_submitit_with_one_task_per_device():
     assert launcher._target_.endswith("SlurmLauncher")
     assert launcher.tasks_per_node == 4 and launcher.gpus_per_node == 4
     assert launcher.timeout_min > 0
+    assert launcher._target_ == "hydra_plugins.unlearnbench_launcher.SlurmLauncher"
+    on_cpus = compose_config(["hydra/launcher=slurm", "strategy=ddp", "runtime.accelerator=cpu"],
+                             return_hydra_config=True).hydra.launcher
+    assert on_cpus.gpus_per_node == 0 and on_cpus.tasks_per_node == 2  # a CPU partition refuses GPU requests
 
 
 def test_sweep_folder_names_are_readable_and_distinct():
@@ -121,3 +125,26 @@ def test_sweep_folder_names_are_readable_and_distinct():
 ])
 def test_console_script_adds_multirun_unless_asked_otherwise(arguments, expected):
     assert wants_own_mode(arguments) is expected
+
+
+@pytest.mark.parametrize("overrides", [["dataset=cifar20", "scenario=sub_class", "model=vit"], ["experiment=foltr"]])
+def test_a_job_without_method_reads_each_method_config_as_hydra_composes_it(overrides):
+    """A job that runs every method reads their YAMLs and merges each into its own config (milliseconds) instead of
+    composing the whole config per method: the same method configs, resolved the same way."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    from unlearnbench.components import target_of
+    from unlearnbench.job import method_config
+
+    with initialize_config_module("unlearnbench.conf", version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+        loader = GlobalHydra.instance().config_loader()
+        names = loader.get_group_options("method")
+        assert len(names) == len(options("method"))
+        for name in names:
+            fast = method_config(cfg, loader, name)
+            composed = compose("config", overrides=[*overrides, f"+method={name}"]).method
+            assert OmegaConf.to_container(fast) == OmegaConf.to_container(composed), name
+            if target_of(OmegaConf.to_container(fast), "method").task == cfg.task.name:
+                assert OmegaConf.to_container(fast, resolve=True) == OmegaConf.to_container(composed, resolve=True)

@@ -26,8 +26,9 @@ def faulty_config_dir(root: Path, **extra: dict) -> Path:
     """A user config folder adding test-only methods to the `method` group, as a researcher adds their own."""
     folder = root / "user_conf" / "method"
     folder.mkdir(parents=True, exist_ok=True)
-    for name, target in FAULTY.items():
-        (folder / f"{name}.yaml").write_text(f"_target_: {target}\nname: {name}\n")
+    for name, target in FAULTY.items():  # `exploding` with a defaults list: the job composes it with Hydra in full
+        defaults = "defaults:\n  - _self_\n" if name == "exploding" else ""
+        (folder / f"{name}.yaml").write_text(f"{defaults}_target_: {target}\nname: {name}\n")
     for name, options in extra.items():
         (folder / f"{name}.yaml").write_text("\n".join(f"{k}: {v}" for k, v in options.items()) + "\n")
     return root / "user_conf"

@@ -71,3 +71,30 @@ def test_unsir_keeps_two_ranks_in_step():
     fabric = Fabric(accelerator="cpu", strategy="ddp_spawn", devices=2)
     outcome = fabric.launch(unsir_on_two_ranks)
     assert outcome == {"same_noise": True, "same_weights": True, "moved": True, "untouched": True}
+
+
+def predictions_on_two_ranks(fabric: Fabric) -> dict:
+    """Run by each rank: logits of one fixed model for pools whose sizes leave uneven and missing batches."""
+    from unlearnbench.data.base import Subset
+    from unlearnbench.data.transforms import Normalizer
+    from unlearnbench.runtime.evaluate import predict
+    from unlearnbench.runtime.seeding import global_seed
+
+    torch.set_num_threads(1)
+    data = Digits(name="digits", mean=[0.3053], std=[0.3759], targets={"full_class": ["3"]}).load()
+    with global_seed(7):
+        model = ResNet18(10, 1, width=4)
+    normalizer = Normalizer(data.mean, data.std)
+    return {(n, batch): predict(fabric, model, Subset(data, "test", torch.arange(n).flip(0)), batch,
+                                normalizer).numpy()  # plain arrays: tensors would cross back as shared memory
+            for n, batch in ((1, 4), (7, 2), (9, 4), (64, 64), (65, 16))}
+
+
+def test_evaluation_on_two_ranks_equals_one_rank_sample_for_sample():
+    """Batch k goes to rank k mod 2, the last round is padded and the padding cut: for pools of 1 sample, of an odd
+    number of batches and of a last short batch, two ranks return one rank's logits, in the pool's order."""
+    one = predictions_on_two_ranks(Fabric(accelerator="cpu", devices=1))
+    two = Fabric(accelerator="cpu", strategy="ddp_spawn", devices=2).launch(predictions_on_two_ranks)
+    assert one.keys() == two.keys()
+    for case, logits in one.items():
+        assert logits.shape == (case[0], 10) and (logits == two[case]).all(), case

@@ -63,6 +63,20 @@ def unwritable_sweep_folder(arguments: list[str]) -> str | None:
             f"hydra.sweep.dir=DIR")
 
 
+def register_slurm_launcher() -> None:
+    """Register `hydra/launcher=slurm`'s launcher with Hydra, which finds plugins by listing the `hydra_plugins`
+    namespace: an editable install's namespace packages cannot be listed, so the scan alone would miss it."""
+    import importlib.util
+
+    if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
+        return  # the `slurm` extra is not installed: Hydra says so when the preset is chosen
+    from hydra.core.plugins import Plugins
+
+    from hydra_plugins.unlearnbench_launcher import SlurmLauncher
+
+    Plugins.instance().register(SlurmLauncher)
+
+
 def interrupted(signum: int, frame) -> None:
     """SIGTERM ends a sweep as Ctrl-C does."""
     raise KeyboardInterrupt
@@ -76,6 +90,7 @@ def main() -> None:
     message = merged_group_choice(sys.argv[1:]) or (unwritable_sweep_folder(sys.argv[1:]) if sweeps else None)
     if message:
         sys.exit(message)
+    register_slurm_launcher()
     signal.signal(signal.SIGTERM, interrupted)
     logging.raiseExceptions = False  # a log line that cannot be written (a full disk) must not print a traceback
     try:

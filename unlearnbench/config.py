@@ -106,7 +106,7 @@ class TrainRecipe:
 
 @dataclass
 class Evaluation:
-    batch_size: int = ranged(1024, AT_LEAST_1)
+    batch_size: int | None = ranged(None, AT_LEAST_1, optional=True)  # null: by device, 64 on CPUs, 1024 on GPUs
     mia_max_members: int = ranged(10000, AT_LEAST_1)  # the MIA attacker sees at most this many retain samples
     mia_loss_folds: int = ranged(5, Range(low=2))  # cross-validation needs two folds at least
 
@@ -117,8 +117,10 @@ class Runtime:
     deterministic: bool = True
     threads: int | None = ranged(None, AT_LEAST_1, optional=True)  # torch intra-op threads (null: torch's default)
     matmul_precision: str = ranged("high", Range(choices=("highest", "high", "medium")))
-    # null: on for CUDA (cuDNN's fast path), off elsewhere: on CPUs, PyTorch 2.14's channels_last 1×1 stride-2
-    # convolution backward is nondeterministic and can corrupt memory (seen with narrow ResNets).
+    # The models' layout for training. null: on for CUDA (cuDNN's fast path with mixed precision), off on CPUs:
+    # there PyTorch 2.14's channels_last 1×1 stride-2 convolution backward is nondeterministic and can corrupt memory
+    # (seen with narrow ResNets), for a small gain (float32 training 1.0–1.1× on a 2-core AMD EPYC). Evaluation on
+    # a CPU takes channels_last inputs whatever this says (forward only: 1.3–2× faster; runtime/evaluate.py).
     channels_last: bool | None = None
     print_table: bool = True
 
@@ -269,6 +271,12 @@ def _unlearn_seed(train: int, repeat: int, count: int) -> int:
     return train * count + repeat
 
 
+def _gpus_per_node(accelerator: str, devices: int) -> int:
+    """GPUs a SLURM job asks for on each node: one per device, none when the job runs on CPUs (a node without GPUs
+    refuses any GPU request)."""
+    return 0 if str(accelerator) in ("cpu", "mps") else int(devices)
+
+
 def _safe_name(name: str) -> str:
     """A component name as a folder-name part: anything but letters, digits and _ . + = , - becomes '-', so that no
     name (even one swept, which `validate` sees only inside its job) puts a job folder outside the sweep folder."""
@@ -280,5 +288,7 @@ if not OmegaConf.has_resolver("ub_safe"):
     OmegaConf.register_new_resolver("ub_safe", _safe_name)
 if not OmegaConf.has_resolver("ub_suffix"):
     OmegaConf.register_new_resolver("ub_suffix", _subdir_suffix)
+if not OmegaConf.has_resolver("ub_gpus_per_node"):
+    OmegaConf.register_new_resolver("ub_gpus_per_node", _gpus_per_node)
 if not OmegaConf.has_resolver("ub_unlearn_seed"):
     OmegaConf.register_new_resolver("ub_unlearn_seed", _unlearn_seed)

@@ -324,7 +324,9 @@ def describe_numerics(identity: dict | None) -> str:
     if identity.get("device") == "cuda":
         machine = f"{identity.get('gpu')} (sm {identity.get('capability')}, CUDA {identity.get('cuda')})"
     elif identity.get("device") == "cpu":
-        machine = f"{identity.get('cpu')} ({identity.get('cpu_capability')}), {identity.get('threads')} threads"
+        threads = identity.get("threads")
+        plural = "" if threads == 1 else "s"
+        machine = f"{identity.get('cpu')} ({identity.get('cpu_capability')}), {threads} thread{plural}"
     else:
         machine = f"{identity.get('device')} on {identity.get('machine')}"
     world = identity.get("world_size") or 1

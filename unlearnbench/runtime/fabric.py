@@ -78,8 +78,10 @@ def make_fabric(strategy, precision, accelerator: str) -> Fabric:
 
 
 def quiet_known_warnings() -> None:
-    """Silence two warnings every data-parallel run would print, neither of which needs action:
-    1×1 convolutions' gradients have strides that DDP's buckets do not expect (their layouts are equivalent), and
-    Lightning's all_gather uses a torch function deprecated in favour of a private one."""
+    """Silence warnings that need no action: 1×1 convolutions' gradients have strides that DDP's buckets do not
+    expect (their layouts are equivalent); Lightning's all_gather uses a torch function deprecated in favour of a
+    private one; and on a machine with SLURM's `srun`, Lightning suggests it for a job that SLURM did not start
+    (`hydra/launcher=slurm` starts jobs through sbatch, and a local sweep does not want srun)."""
     warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
     warnings.filterwarnings("ignore", message=r".*all_gather is deprecated")
+    warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")

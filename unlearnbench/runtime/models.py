@@ -45,6 +45,11 @@ def full_state_dict(fabric: Fabric, model: nn.Module) -> dict[str, Tensor]:
     return {name: tensor.detach().cpu().clone() for name, tensor in state.items()}
 
 
+def training_channels_last(device_type: str, configured: bool | None) -> bool:
+    """The models' memory layout: `runtime.channels_last`, or when null on for CUDA only (config.Runtime says why)."""
+    return configured if configured is not None else device_type == "cuda"
+
+
 class ModelStore:
     def __init__(self, fabric: Fabric, factory: Callable[[], nn.Module], cache: ModelCache, normalizer: Normalizer,
                  monitor: CostMonitor, recipe, identity: dict, channels_last: bool = False) -> None:

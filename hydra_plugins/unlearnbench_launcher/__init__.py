@@ -1,0 +1,86 @@
+"""`hydra/launcher=slurm`: Hydra's submitit launcher, with a job that SLURM ends as one failed job of the sweep.
+
+Jobs never raise (errors go into `result.json`), but SLURM can end a job from outside: `scancel`, its time limit,
+the out-of-memory killer, a node failure. submitit then raises `UncompletedJobError` on the submitting host, and
+Hydra's launcher would let that one job abort the whole sweep with a traceback and no report. Here each such job
+gets a `result.json` of status `failed` that names the SLURM job and its final state, the other jobs' results are
+collected as usual, and the report covers them all (the console script exits 1 and names the failed job).
+
+Preemption needs nothing special: a requeued job starts again from the top, skips nothing it had not finished
+(`result.json` is written last, whole) and reuses every model it had already published to the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
+from omegaconf import DictConfig, open_dict
+
+log = logging.getLogger(__name__)
+
+KILLED = ("the job was cancelled, exceeded its time limit or memory, or its node failed; its log: {log} (rerun the "
+          "same command to resume: finished jobs are skipped)")
+
+
+class SlurmLauncher(SubmititSlurmLauncher):
+    """submitit's SLURM launcher whose `launch` collects every job, a killed one as a failed result."""
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        import submitit
+
+        executor = self.executor()
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        numbers = range(initial_job_idx, initial_job_idx + len(job_overrides))
+        arguments = [(list(overrides), "hydra.sweep.dir", num, f"job_id_for_{num}", Singleton.get_state())
+                     for num, overrides in zip(numbers, job_overrides, strict=True)]
+        log.info("SLURM: %d job(s) as one array into %s", len(arguments), self.config.hydra.sweep.dir)
+        jobs = executor.map_array(self, *zip(*arguments, strict=True))
+        returns = []
+        for job, (overrides, _, num, *_) in zip(jobs, arguments, strict=True):
+            try:
+                returns.append(job.results()[0])
+            except submitit.core.utils.UncompletedJobError:
+                returns.append(self.killed(job, overrides, num))
+        return returns
+
+    def executor(self):
+        """submitit's executor with this launcher's parameters (the names as submitit spells them)."""
+        import submitit
+        from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+        from omegaconf import OmegaConf
+
+        params = dict(self.params)
+        executor = submitit.AutoExecutor(folder=params.pop("submitit_folder"), cluster="slurm",
+                                         slurm_max_num_timeout=params.pop("max_num_timeout"))
+        shared = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(**{key if key in shared else f"slurm_{key}": value
+                                      for key, value in params.items()})
+        return executor
+
+    def killed(self, job: Any, overrides: list[str], num: int) -> JobReturn:
+        """Record a job that SLURM ended before it wrote a result: `result.json` of status failed in its folder
+        (unless the job did write one), returned as the job's result."""
+        from unlearnbench.job import failed_result, publish, read_result
+
+        config = self.job_config(overrides, num, job.job_id)
+        folder = Path(config.hydra.sweep.dir) / str(config.hydra.sweep.subdir)
+        result = read_result(folder / "result.json")
+        if result is None:
+            error = f"SLURM job {job.job_id} ended {job.state}: " + KILLED.format(log=job.paths.stdout)
+            result = failed_result(config, error)
+            publish(folder / "result.json", result)
+        return JobReturn(overrides=overrides, cfg=config, working_dir=str(folder), task_name=config.hydra.job.name,
+                         status=JobStatus.COMPLETED, _return_value=result)
+
+    def job_config(self, overrides: list[str], num: int, job_id: str) -> DictConfig:
+        """The job's config as its own process composed it (its folder name included)."""
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(config.hydra.job) as job:
+            job.id, job.num = job_id, num
+        return config

@@ -1,0 +1,209 @@
+"""`hydra/launcher=slurm` on a real single-node SLURM cluster (scripts/slurm/cluster.sh): job arrays, the cache's
+lock across array tasks, preemption (requeue), a cancelled job, and ranks taken from SLURM under `strategy=ddp`.
+
+Needs root and the ports 6817/6818 (the cluster script installs Debian's slurm and munge packages where missing);
+elsewhere the tier is skipped with the reason. Every launch has an outer timeout: a hang fails the test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO, TINY, results
+
+TESTS = Path(__file__).resolve().parent
+CLUSTER = REPO / "scripts" / "slurm" / "cluster.sh"
+STATE = Path(os.environ.get("UB_SLURM_DIR", "/tmp/unlearnbench-slurm"))
+COST = ("time_s", "memory_gib", "utilisation_pct")
+SLURM = ["hydra/launcher=slurm", "runtime.accelerator=cpu", "hydra.launcher.cpus_per_task=1",
+         "hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=15"]
+
+
+def unavailable() -> str | None:
+    """Why this machine cannot run the cluster, or None."""
+    if sys.platform != "linux" or os.geteuid() != 0:
+        return "the SLURM tier needs root on Linux (it installs and starts slurmctld, slurmd and munge)"
+    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
+        return "the SLURM tier needs slurmctld/slurmd/munge installed or apt-get to install them"
+    if subprocess.run([CLUSTER, "status"], capture_output=True).returncode == 0:
+        return None  # ours, already up
+    for port in (6817, 6818):
+        with socket.socket() as probe, contextlib.suppress(OSError):
+            probe.settimeout(0.5)
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return f"port {port} is taken (another SLURM?): the SLURM tier needs 6817 and 6818"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The cluster's environment (SLURM_CONF, the sacct stand-in on PATH, the test methods on PYTHONPATH)."""
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    up = subprocess.run([CLUSTER, "up"], capture_output=True, text=True, timeout=300)
+    if up.returncode != 0:
+        pytest.skip(f"the SLURM tier could not start a cluster: {up.stderr.strip().splitlines()[-1:]}")
+    env = {**os.environ, "SLURM_CONF": str(STATE / "slurm.conf"), "PYTHONWARNINGS": "ignore",
+           "PATH": f"{CLUSTER.parent / 'bin'}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    yield env
+    subprocess.run([CLUSTER, "down"], capture_output=True, timeout=120)
+
+
+def command(args: list[str], root: Path, sweep: str, cache: str = "cache") -> list[str]:
+    return [str(Path(sys.executable).parent / "unlearnbench"), *args, f"hydra.sweep.dir={root / sweep}",
+            f"paths.cache_dir={root / cache}", f"paths.data_dir={root / 'data'}"]
+
+
+def sweep(args: list[str], root: Path, env: dict, sweep: str, cache: str = "cache",
+          timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(command(args, root, sweep, cache), capture_output=True, text=True, timeout=timeout,
+                          cwd=root, env=env)
+
+
+def science(result: dict) -> list[dict]:
+    return [r for r in result["records"] if r["metric"] not in COST]
+
+
+def by_seeds(folder: Path) -> dict[tuple[int, int], dict]:
+    return {(r["job"]["seed_train"], r["job"]["seed_unlearn"]): r for r in results(folder).values()}
+
+
+def wait_until(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def gated(root: Path, hold: int) -> list[str]:
+    """A user config dir with the test method `gated` (tests/faulty.py), holding the job of training seed `hold`
+    (arguments that go first: Hydra's flags precede the overrides)."""
+    folder = root / "user_conf" / "method"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "gated.yaml").write_text(f"_target_: faulty.Gated\nname: gated\nfolder: {root}\nseed: ${{seeds.train}}"
+                                       f"\nhold: {hold}\n")
+    return [f"--config-dir={root / 'user_conf'}", "+method=gated"]
+
+
+def held_job(root: Path, seed: int, sweep: subprocess.Popen) -> str:
+    """The SLURM job id of the held job, once it has reached the gate."""
+    marker = root / f"started-{seed}"
+    wait_until(lambda: marker.exists() or sweep.poll() is not None, 240, "the held job to start its method")
+    assert sweep.poll() is None, sweep.communicate()[1][-3000:]
+    return marker.read_text().split()[1]
+
+
+def test_a_seed_sweep_runs_as_one_array_with_the_local_launchers_records(cluster, tmp_path):
+    args = [*TINY, "+method=finetune", "seeds.train=0,1", "seeds.unlearn=0,1"]
+    on_slurm = sweep([*args, *SLURM], tmp_path, cluster, "slurm", cache="cache_slurm")
+    assert on_slurm.returncode == 0, on_slurm.stderr[-3000:]
+    local = sweep(args, tmp_path, cluster, "local", cache="cache_local")
+    assert local.returncode == 0, local.stderr[-3000:]
+    slurm_results, local_results = by_seeds(tmp_path / "slurm"), by_seeds(tmp_path / "local")
+    assert len(slurm_results) == 4 and slurm_results.keys() == local_results.keys()
+    for seeds, result in slurm_results.items():
+        assert result["status"] == "complete"
+        assert science(result) == science(local_results[seeds]), seeds  # bit for bit
+    # one array of four tasks: every job's submitit folder is <array id>_<task>
+    tasks = [p.name for p in (tmp_path / "slurm" / ".submitit").glob("[0-9]*_[0-9]*")]
+    assert len(tasks) == 4 and len({task.split("_")[0] for task in tasks}) == 1, tasks
+    # the report is built once, on the submitting side, after the last job
+    report = tmp_path / "slurm" / "report" / "report.md"
+    assert report.exists() and not list((tmp_path / "slurm").glob("*/report"))
+    assert report.stat().st_mtime >= max(p.stat().st_mtime for p in (tmp_path / "slurm").glob("*/result.json"))
+    # the two jobs of a training seed ran at the same time and trained M_o once: the cache's lock holds across tasks
+    for seed in (0, 1):
+        pair = [slurm_results[seed, 0], slurm_results[seed, 1]]
+        assert pair[0]["started"] <= pair[1]["finished"] and pair[1]["started"] <= pair[0]["finished"]
+        assert sorted(r["cache"]["original"]["hit"] for r in pair) == [False, True]
+
+
+def test_a_requeued_job_completes_on_its_second_start(cluster, tmp_path):
+    """Preemption as SLURM does it: the running job is killed and requeued; its second start reuses the models it
+    had published, the other job is not rerun, and no cache entry is left half-written."""
+    running = subprocess.Popen(command([*gated(tmp_path, hold=1), *TINY, *SLURM, "seeds.train=0,1"], tmp_path,
+                                       "sweep"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=tmp_path, env=cluster)
+    try:
+        job = held_job(tmp_path, seed=1, sweep=running)
+        subprocess.run(["scontrol", "requeue", job], check=True, env=cluster, timeout=30)
+        starts = tmp_path / "started-1"
+
+        def restarted() -> bool:  # SLURM holds a requeued job for a while (BeginTime): release it, as a scheduler
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, env=cluster)
+            return len(starts.read_text().splitlines()) == 2
+
+        wait_until(restarted, 180, "the requeued job to start again")
+        _, err = running.communicate(timeout=300)
+    finally:
+        running.kill()
+    assert running.returncode == 0, err[-3000:]
+    assert len(starts.read_text().splitlines()) == 2  # killed at the gate, then started again
+    done = results(tmp_path / "sweep")
+    assert [r["status"] for r in done.values()] == ["complete", "complete"]
+    second = next(r for r in done.values() if r["job"]["seed_train"] == 1)
+    assert second["cache"]["original"]["hit"] and second["cache"]["retrained"][0]["hit"]
+    for folder in (tmp_path / "sweep").glob("digits_*"):  # each job wrote its result once
+        assert (folder / "unlearnbench.log").read_text().count("result.json written") == 1, folder.name
+    cache = tmp_path / "cache"
+    assert not [p.name for p in cache.iterdir() if p.name.startswith(".")]  # no scratch left behind
+    assert all((entry / "COMPLETE").exists() for entry in cache.iterdir() if entry.is_dir())
+    assert "Jobs: 2 (2 complete, 0 failed)" in (tmp_path / "sweep" / "report" / "report.md").read_text()
+
+
+def test_a_cancelled_job_fails_the_sweep_promptly_and_a_rerun_resumes(cluster, tmp_path):
+    args = command([*gated(tmp_path, hold=1), *TINY, *SLURM, "seeds.train=0,1"], tmp_path, "sweep")
+    running = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                               env=cluster)
+    try:
+        job = held_job(tmp_path, seed=1, sweep=running)
+        subprocess.run(["scancel", job], check=True, env=cluster, timeout=30)
+        cancelled = time.monotonic()
+        _, err = running.communicate(timeout=180)
+        waited = time.monotonic() - cancelled
+    finally:
+        running.kill()
+    assert running.returncode == 1
+    assert waited < 120  # submitit learns the state from bin/sacct; without it the sweep would wait forever
+    (line,) = [x for x in err.splitlines() if x.startswith("FAILED")]
+    assert "_gated_t1_u1_e1" in line and f"SLURM job {job}" in line and "CANCELLED" in line
+    assert "Traceback" not in err
+    done = results(tmp_path / "sweep")
+    assert sorted(r["status"] for r in done.values()) == ["complete", "failed"]
+    report = (tmp_path / "sweep" / "report" / "report.md").read_text()
+    assert "_gated_t1_u1_e1" in report and "CANCELLED" in report
+
+    again = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=cluster)
+    assert again.returncode == 0, again.stderr[-3000:]
+    done = results(tmp_path / "sweep")
+    assert [r["status"] for r in done.values()] == ["complete", "complete"]
+    finished = next(p for p in (tmp_path / "sweep").glob("*_t0_u0_e0*"))
+    assert "already complete, skipped" in (finished / "unlearnbench.log").read_text()
+
+
+def test_ddp_takes_its_two_ranks_from_slurm_and_rank_0_alone_writes(cluster, tmp_path):
+    """Two SLURM tasks per job are the two ranks (gloo on the CPU): the same training and evaluation as two ranks
+    that Fabric spawns on one machine, bit for bit."""
+    args = [*TINY, "+method=finetune", "runtime.threads=1"]
+    on_slurm = sweep([*args, *SLURM, "strategy=ddp", "strategy.devices=2"], tmp_path, cluster, "slurm")
+    assert on_slurm.returncode == 0, on_slurm.stderr[-3000:]
+    spawned = sweep([*args, "strategy=ddp_spawn", "strategy.devices=2"], tmp_path, cluster, "spawn")
+    assert spawned.returncode == 0, spawned.stderr[-3000:]
+    (two_tasks,), (two_spawned,) = results(tmp_path / "slurm").values(), results(tmp_path / "spawn").values()
+    assert two_tasks["numerics"]["world_size"] == 2 and two_tasks["numerics"]["strategy"] == "ddp"
+    assert science(two_tasks) == science(two_spawned)
+    (folder,) = (tmp_path / "slurm").glob("digits_*")
+    log = (folder / "unlearnbench.log").read_text()
+    assert log.count("result.json written") == 1 and "written by rank 0 of 2" in log
+    task_logs = sorted((tmp_path / "slurm" / ".submitit").glob("*/*_log.out"))
+    assert len(task_logs) == 2  # one per rank
