@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -75,4 +76,47 @@ class Gated(Method):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"nobody released {self.folder}")
             time.sleep(0.1)
+        return model
+
+
+class FailingOnRank(Method):
+    """Raises on rank `rank` only, as an out-of-memory error on one GPU does. The other ranks return the model, or,
+    with `stuck`, first wait in a collective that the failing rank never joins (as ranks mid-way through a training
+    step do)."""
+
+    def __init__(self, name: str, rank: int = 1, stuck: bool = False) -> None:
+        super().__init__(name)
+        self.rank, self.stuck = rank, stuck
+
+    def unlearn(self, model: nn.Module, task: UnlearningTask) -> nn.Module:
+        if task.fabric.global_rank == self.rank:
+            raise RuntimeError(f"out of memory on rank {self.rank}")
+        if self.stuck:
+            task.fabric.all_reduce(torch.ones(3))
+        return model
+
+
+class KillingRank(Method):
+    """Kills the process of rank `rank` (SIGKILL, as the out-of-memory killer does); the other ranks go on."""
+
+    def __init__(self, name: str, rank: int = 1) -> None:
+        super().__init__(name)
+        self.rank = rank
+
+    def unlearn(self, model: nn.Module, task: UnlearningTask) -> nn.Module:
+        if task.fabric.global_rank == self.rank:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return model
+
+
+class HangingRank(Method):
+    """Rank `rank` sleeps for `sleep_s` (a hung rank: alive, never reaching the next collective); the others go on."""
+
+    def __init__(self, name: str, rank: int = 1, sleep_s: float = 3600.0) -> None:
+        super().__init__(name)
+        self.rank, self.sleep_s = rank, sleep_s
+
+    def unlearn(self, model: nn.Module, task: UnlearningTask) -> nn.Module:
+        if task.fabric.global_rank == self.rank:
+            time.sleep(self.sleep_s)
         return model

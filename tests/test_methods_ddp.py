@@ -13,6 +13,7 @@ from unlearnbench.data.digits import Digits
 from unlearnbench.data.scenarios import FullClass
 from unlearnbench.methods.unsir import Unsir, optimise_noise
 from unlearnbench.models.resnet import ResNet18
+from unlearnbench.runtime.ranks import launch
 
 METHODS = {"finetune", "retrain", "bad_teacher", "random_labels", "unsir", "ssd", "lfssd", "gradient_ascent",
            "neggrad_plus", "scrub", "salun", "l1_sparse"}
@@ -69,7 +70,7 @@ def test_unsir_keeps_two_ranks_in_step():
     ranks train on different halves of each batch and still end with identical weights), and both ranks used the
     same noise."""
     fabric = Fabric(accelerator="cpu", strategy="ddp_spawn", devices=2)
-    outcome = fabric.launch(unsir_on_two_ranks)
+    outcome = launch(fabric, unsir_on_two_ranks)
     assert outcome == {"same_noise": True, "same_weights": True, "moved": True, "untouched": True}
 
 
@@ -94,7 +95,7 @@ def test_evaluation_on_two_ranks_equals_one_rank_sample_for_sample():
     """Batch k goes to rank k mod 2, the last round is padded and the padding cut: for pools of 1 sample, of an odd
     number of batches and of a last short batch, two ranks return one rank's logits, in the pool's order."""
     one = predictions_on_two_ranks(Fabric(accelerator="cpu", devices=1))
-    two = Fabric(accelerator="cpu", strategy="ddp_spawn", devices=2).launch(predictions_on_two_ranks)
+    two = launch(Fabric(accelerator="cpu", strategy="ddp_spawn", devices=2), predictions_on_two_ranks)
     assert one.keys() == two.keys()
     for case, logits in one.items():
         assert logits.shape == (case[0], 10) and (logits == two[case]).all(), case

@@ -139,6 +139,11 @@ class Strategy:
     fabric: str = MISSING  # the strategy name Fabric understands
     devices: int = ranged(1, AT_LEAST_1)
     num_nodes: int = ranged(1, AT_LEAST_1)
+    # The process group's timeout: how long a rank waits in a collective (and after a unit of work, for its peers'
+    # status) before it takes a peer to be dead or stuck. PyTorch's own default, 30 minutes: far above the longest
+    # legitimate wait (a rank publishing a cache entry while the others wait, a cold torch.compile), and a rank that
+    # dies is found sooner anyway (ddp_spawn sees its exit at once; SLURM's --kill-on-bad-exit ends the step).
+    timeout_s: float = ranged(1800.0, POSITIVE)
     max_devices: int | None = None
     relaunches_script: bool = False  # starts ranks >= 1 by re-running sys.argv: only safe under SLURM
     needs_cuda: bool = False

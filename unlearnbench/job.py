@@ -46,6 +46,17 @@ from unlearnbench.runtime.fabric import make_fabric, quiet_known_warnings
 from unlearnbench.runtime.models import ModelStore, Trained, training_channels_last
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.numerics import numerics_identity
+from unlearnbench.runtime.ranks import (
+    JOB,
+    Failure,
+    Lockstep,
+    PeerFailed,
+    RankDied,
+    RoundAbandoned,
+    launch,
+    spawned,
+    supervise,
+)
 from unlearnbench.runtime.seeding import configure_determinism, streams
 
 log = logging.getLogger(__name__)
@@ -60,6 +71,7 @@ class JobPlan:
     config: dict
     methods: list[dict]
     folder: str
+    known_failures: dict[str, str] = field(default_factory=dict)  # unit → message, from an earlier round (ranks.py)
 
 
 @dataclass
@@ -73,6 +85,8 @@ class Outcome:
     dataset: dict | None = None  # the loaded data's identity, sizes and split (`ImageData.describe`)
     failures: list[dict] = field(default_factory=list)  # (target, method) that failed alone, with the reason
     succeeded: int = 0  # (target, method) pairs scored
+    lockstep: Lockstep | None = None  # how the ranks agree on each unit's outcome (one rank: trivially)
+    unreported: list[tuple[str, Failure]] = field(default_factory=list)  # failures not logged yet
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
@@ -92,35 +106,70 @@ class Outcome:
         configure_determinism(runtime["deterministic"], runtime["threads"], runtime["matmul_precision"])
         outcome.numerics = numerics_identity(fabric.device, config["precision"]["name"], fabric.world_size,
                                              config["strategy"]["name"])
+        outcome.lockstep = Lockstep(fabric, config["strategy"]["timeout_s"], plan.folder, plan.known_failures)
         return outcome
 
     @contextmanager
     def capture(self) -> Iterator[None]:
         """Record an error instead of raising it (a job never raises: the sweep's report must still be built);
-        a `UserError` is the whole message, anything else also keeps its traceback for the job log."""
+        a `UserError` is the whole message, anything else also keeps its traceback for the job log. With several
+        ranks, an error on any of them is the job's error."""
+        failure = None
         try:
             yield
-        except UserError as error:
-            self.error = str(error)
         except Exception as error:
-            self.error = f"{type(error).__name__}: {error}"
-            self.trace = traceback.format_exc()
+            failure = failure_of(error)
+        failure = self.agreed(JOB, failure)
+        if failure is not None:
+            self.error, self.trace = failure.message, failure.trace
+
+    def unsettled(self, items: list, target: str | None = None) -> Iterator:
+        """The targets (or, for `target`, the methods) still to run; one that failed in an earlier round of the job
+        (ranks.py) is recorded with its message and not run again."""
+        for item in items:
+            method = None if target is None else item.name
+            known = self.lockstep.known.get(unit_name(target or item, method)) if self.lockstep else None
+            if known is None:
+                yield item
+            else:
+                self.fail(target or item, method, Failure(known))
 
     @contextmanager
     def isolated(self, target: str, method: str | None = None) -> Iterator[None]:
         """Run one target's (method None) or one method's work so that its failure is recorded and the rest of the
-        job goes on: one diverging or crashing method never takes the other methods or targets with it."""
+        job goes on: one diverging or crashing method never takes the other methods or targets with it. Every rank
+        learns whether the unit succeeded on all of them before any goes on (ranks.py)."""
+        unit, failure = unit_name(target, method), None
         try:
             yield
+        except PeerFailed as peer:  # the ranks agreed on this failure inside the unit
+            failure = peer.failure
         except Exception as error:
-            message = str(error) if isinstance(error, UserError | Diverged) else f"{type(error).__name__}: {error}"
-            self.failures.append({"target": target, "method": method, "error": message})
-            log.warning("target %s%s failed: %s", target, f", method {method}" if method else "", message)
-            if not isinstance(error, UserError | Diverged):
-                log.error("the traceback:\n%s", traceback.format_exc(), extra=FILE_ONLY)
+            failure = self.agreed(unit, failure_of(error))
         else:
-            if method is not None:
-                self.succeeded += 1
+            failure = self.agreed(unit, None)
+        if failure is not None:
+            self.fail(target, method, failure)
+        elif method is not None:
+            self.succeeded += 1
+
+    def agreed(self, unit: str, failure: Failure | None) -> Failure | None:
+        return self.lockstep.agree(unit, failure) if self.lockstep else failure
+
+    def fail(self, target: str, method: str | None, failure: Failure) -> None:
+        self.failures.append({"target": target, "method": method, "error": failure.message})
+        self.unreported.append((unit_name(target, method), failure))
+        if self.lockstep is None or self.lockstep.logs:
+            self.report_failures()
+
+    def report_failures(self) -> None:
+        """Log the failures not logged yet: at once in the job's own process, after the launch for spawned ranks
+        (their logging is not the job's: it would reach the terminal, tracebacks and all)."""
+        for unit, failure in self.unreported:
+            log.warning("%s failed: %s", unit, failure.message)
+            if failure.trace:
+                log.error("the traceback:\n%s", failure.trace, extra=FILE_ONLY)
+        self.unreported.clear()
 
     @property
     def status(self) -> tuple[str, str | None]:
@@ -143,6 +192,18 @@ class Outcome:
 
 class Diverged(Exception):
     """A model whose weights or outputs are not finite: its metrics are null and the reason is recorded."""
+
+
+def failure_of(error: Exception) -> Failure:
+    """What a unit's error records: a `UserError`'s or `Diverged`'s message alone; anything else is a bug, named by
+    its type, with its traceback for the job log."""
+    if isinstance(error, UserError | Diverged):
+        return Failure(str(error))
+    return Failure(f"{type(error).__name__}: {error}", traceback.format_exc())
+
+
+def unit_name(target: str, method: str | None) -> str:
+    return f"target {target}" + (f", method {method}" if method else "")
 
 
 def cost_scores(cost: Cost) -> dict:
@@ -237,6 +298,8 @@ class Workbench:
         self.say(f"target {target}: unlearning with {method.name}")
         with self.outcome.timed(f"method:{method.name}"), self.monitor.measure() as measured:
             unlearned = method.unlearn(store.load(original.state), task)
+        if self.outcome.lockstep:  # no rank evaluates (collectives) while another is failing inside the method
+            self.outcome.lockstep.together(unit_name(target, method.name))
         return unlearned, method.cost(measured, task)
 
 
@@ -249,7 +312,7 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
         bench = Workbench(fabric, plan, outcome)
         original = bench.original()
         out_o = bench.reference_outputs(original.module, "original")
-        for target in bench.targets:
+        for target in outcome.unsettled(bench.targets):
             with outcome.isolated(target):
                 splits = bench.split(target)
                 retrained = bench.retrained(target, splits)
@@ -259,7 +322,7 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                 comparison_o = scorer.comparison_scores(out_o, scores_o, out_r, scores_r)
                 outcome.add(target, None, "original", scores_o | comparison_o | cost_scores(original.cost))
                 outcome.add(target, None, "retrained", scores_r | cost_scores(retrained.cost))
-                for method in bench.methods:
+                for method in outcome.unsettled(bench.methods, target):
                     with outcome.isolated(target, method.name):
                         unlearned, cost = bench.unlearn(method, target, splits, original, retrained)
                         with outcome.timed(f"evaluation:{method.name}"):
@@ -415,6 +478,22 @@ def publish(path: Path, result: dict) -> None:
                          f"resume)") from None
 
 
+def ranks_outcome(cfg: DictConfig, fabric: Fabric, plan: JobPlan) -> Outcome:
+    """The job's outcome from its ranks. Ranks that Fabric spawns are supervised: a round the ranks had to leave at
+    a failed unit starts again without it (runtime/ranks.py). Ranks that SLURM started cannot be started again from
+    here: where they cannot go on in step, the job fails with the first failing rank's message."""
+    runner = locate(cfg.task.runner)
+    try:
+        if spawned(fabric):
+            return supervise(lambda: make_fabric(cfg.strategy, cfg.precision, cfg.runtime.accelerator), runner, plan)
+        return launch(fabric, runner, plan)
+    except RankDied as error:
+        return Outcome(error=str(error))
+    except RoundAbandoned as left:
+        return Outcome(error=f"{left.unit}: {left.message}; the ranks could not go on in step, so the job stopped "
+                             f"there (its finished methods are not recorded: rerun to run it again)")
+
+
 def run_job(cfg: DictConfig) -> dict:
     """Run one job into its Hydra output folder, unless its result is already complete there (resumption)."""
     from hydra.core.hydra_config import HydraConfig
@@ -431,9 +510,10 @@ def run_job(cfg: DictConfig) -> dict:
         plan = plan_job(cfg, folder)
         quiet_known_warnings()
         fabric = make_fabric(cfg.strategy, cfg.precision, cfg.runtime.accelerator)
-        outcome = fabric.launch(locate(cfg.task.runner), plan)
+        outcome = ranks_outcome(cfg, fabric, plan)
         if not fabric.is_global_zero:  # under SLURM every task runs the job: rank 0 alone writes
             return {}
+        outcome.report_failures()
     if outcome.trace:
         log.error("%s failed: %s (the traceback is in the job's log file)", folder.name, outcome.error)
         log.error("the traceback:\n%s", outcome.trace, extra=FILE_ONLY)

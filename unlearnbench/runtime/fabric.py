@@ -71,9 +71,25 @@ def fabric_precision(precision) -> dict:
     return {"plugins": [BitsandbytesPrecision(mode=precision.bitsandbytes, dtype=dtype)]}
 
 
+def fabric_strategy(strategy):
+    """Fabric's strategy: a data-parallel one built from Fabric's registry with `strategy.timeout_s` as its process
+    group's timeout; any other by name."""
+    import inspect
+    from datetime import timedelta
+
+    from lightning_fabric.strategies import STRATEGY_REGISTRY
+
+    if strategy.fabric not in STRATEGY_REGISTRY:
+        return strategy.fabric
+    entry = STRATEGY_REGISTRY[strategy.fabric]
+    if "timeout" not in inspect.signature(entry["strategy"]).parameters:
+        return strategy.fabric
+    return entry["strategy"](**entry["init_params"], timeout=timedelta(seconds=strategy.timeout_s))
+
+
 def make_fabric(strategy, precision, accelerator: str) -> Fabric:
     accelerator = check_runtime(strategy, precision, accelerator)
-    return Fabric(accelerator=accelerator, strategy=strategy.fabric, devices=strategy.devices,
+    return Fabric(accelerator=accelerator, strategy=fabric_strategy(strategy), devices=strategy.devices,
                   num_nodes=strategy.num_nodes, **fabric_precision(precision))
 
 
