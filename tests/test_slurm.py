@@ -207,3 +207,22 @@ def test_ddp_takes_its_two_ranks_from_slurm_and_rank_0_alone_writes(cluster, tmp
     assert log.count("result.json written") == 1 and "written by rank 0 of 2" in log
     task_logs = sorted((tmp_path / "slurm" / ".submitit").glob("*/*_log.out"))
     assert len(task_logs) == 2  # one per rank
+
+
+def test_a_killed_ddp_task_ends_its_job_promptly_naming_the_task(cluster, tmp_path):
+    """Rank 1 of a two-task job is killed inside a method (tests/faulty.py `KillingRank`): SLURM ends the other task
+    (--kill-on-bad-exit), the sweep exits 1 well within the process group's timeout, and the job's result names the
+    task that died."""
+    folder = tmp_path / "user_conf" / "method"
+    folder.mkdir(parents=True)
+    (folder / "rankkill.yaml").write_text("_target_: faulty.KillingRank\nname: rankkill\n")
+    args = [f"--config-dir={tmp_path / 'user_conf'}", *TINY, *SLURM, "strategy=ddp", "strategy.devices=2",
+            "methods=[rankkill,finetune]", "strategy.timeout_s=600"]
+    start = time.monotonic()
+    run = sweep(args, tmp_path, cluster, "sweep")
+    assert run.returncode == 1 and time.monotonic() - start < 240, run.stderr[-3000:]
+    (result,) = results(tmp_path / "sweep").values()
+    assert result["status"] == "failed" and ": task 1: Killed; " in result["error"], result["error"]
+    assert "task 0" not in result["error"]  # killed by SLURM for task 1's death: not named as a cause
+    (line,) = [x for x in run.stderr.splitlines() if x.startswith("FAILED")]
+    assert "task 1: Killed" in line and "Traceback" not in run.stderr

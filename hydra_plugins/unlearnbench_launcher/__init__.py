@@ -13,6 +13,7 @@ Preemption needs nothing special: a requeued job starts again from the top, skip
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,16 @@ log = logging.getLogger(__name__)
 
 KILLED = ("the job was cancelled, exceeded its time limit or memory, or its node failed; its log: {log} (rerun the "
           "same command to resume: finished jobs are skipped)")
+
+
+def task_failures(stderr: Path) -> list[str]:
+    """srun's own lines on the job's tasks that ended badly ("srun: error: node1: task 1: Killed"; task k is rank k),
+    from the job's log: which rank of a multi-task job died, and how."""
+    try:
+        lines = Path(stderr).read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return list(dict.fromkeys(line.strip() for line in lines if re.match(r"srun: error: .*tasks? [0-9,-]+: ", line)))
 
 
 class SlurmLauncher(SubmititSlurmLauncher):
@@ -61,6 +72,9 @@ class SlurmLauncher(SubmititSlurmLauncher):
         shared = set(OmegaConf.structured(BaseQueueConf).keys())
         executor.update_parameters(**{key if key in shared else f"slurm_{key}": value
                                       for key, value in params.items()})
+        # A task that dies (killed, segfault) ends the job's other tasks at once, instead of leaving them waiting in
+        # a collective until strategy.timeout_s; the job is then one failed job that names the task.
+        executor.update_parameters(slurm_srun_args=["--kill-on-bad-exit=1"])
         return executor
 
     def killed(self, job: Any, overrides: list[str], num: int) -> JobReturn:
@@ -72,7 +86,8 @@ class SlurmLauncher(SubmititSlurmLauncher):
         folder = Path(config.hydra.sweep.dir) / str(config.hydra.sweep.subdir)
         result = read_result(folder / "result.json")
         if result is None:
-            error = f"SLURM job {job.job_id} ended {job.state}: " + KILLED.format(log=job.paths.stdout)
+            tasks = "".join(f"{line}; " for line in task_failures(job.paths.stderr)[:1])  # the others: killed for it
+            error = f"SLURM job {job.job_id} ended {job.state}: {tasks}" + KILLED.format(log=job.paths.stdout)
             result = failed_result(config, error)
             publish(folder / "result.json", result)
         return JobReturn(overrides=overrides, cfg=config, working_dir=str(folder), task_name=config.hydra.job.name,
