@@ -209,15 +209,20 @@ def test_ddp_takes_its_two_ranks_from_slurm_and_rank_0_alone_writes(cluster, tmp
     assert len(task_logs) == 2  # one per rank
 
 
+def rank_faulty(root: Path, name: str, options: str) -> str:
+    """A user config dir with one rank-faulty test method (tests/faulty.py), as the first argument."""
+    folder = root / "user_conf" / "method"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.yaml").write_text(f"name: {name}\n{options}\n")
+    return f"--config-dir={root / 'user_conf'}"
+
+
 def test_a_killed_ddp_task_ends_its_job_promptly_naming_the_task(cluster, tmp_path):
-    """Rank 1 of a two-task job is killed inside a method (tests/faulty.py `KillingRank`): SLURM ends the other task
+    """Rank 1 of a two-task job is killed inside a method (`KillingRank`): SLURM ends the other task
     (--kill-on-bad-exit), the sweep exits 1 well within the process group's timeout, and the job's result names the
     task that died."""
-    folder = tmp_path / "user_conf" / "method"
-    folder.mkdir(parents=True)
-    (folder / "rankkill.yaml").write_text("_target_: faulty.KillingRank\nname: rankkill\n")
-    args = [f"--config-dir={tmp_path / 'user_conf'}", *TINY, *SLURM, "strategy=ddp", "strategy.devices=2",
-            "methods=[rankkill,finetune]", "strategy.timeout_s=600"]
+    args = [rank_faulty(tmp_path, "rankkill", "_target_: faulty.KillingRank"), *TINY, *SLURM, "strategy=ddp",
+            "strategy.devices=2", "methods=[rankkill,finetune]", "strategy.timeout_s=600"]
     start = time.monotonic()
     run = sweep(args, tmp_path, cluster, "sweep")
     assert run.returncode == 1 and time.monotonic() - start < 240, run.stderr[-3000:]
@@ -226,3 +231,20 @@ def test_a_killed_ddp_task_ends_its_job_promptly_naming_the_task(cluster, tmp_pa
     assert "task 0" not in result["error"]  # killed by SLURM for task 1's death: not named as a cause
     (line,) = [x for x in run.stderr.splitlines() if x.startswith("FAILED")]
     assert "task 1: Killed" in line and "Traceback" not in run.stderr
+
+
+def test_a_ddp_method_failing_on_one_task_stops_its_job_with_that_tasks_message(cluster, tmp_path):
+    """Rank 1 fails inside the method while rank 0 waits in an all-reduce that rank 1 never joins (`FailingOnRank`,
+    stuck). Ranks that SLURM started cannot be started again from inside the job: it stops there, failed with rank
+    1's own message, the records of finetune (before it) kept, ssd (after it) not run."""
+    args = [rank_faulty(tmp_path, "rankstuck", "_target_: faulty.FailingOnRank\nstuck: true"), *TINY, *SLURM,
+            "strategy=ddp", "strategy.devices=2", "methods=[finetune,rankstuck,ssd]", "strategy.timeout_s=600"]
+    start = time.monotonic()
+    run = sweep(args, tmp_path, cluster, "sweep")
+    assert run.returncode == 1 and time.monotonic() - start < 240, run.stderr[-3000:]
+    (result,) = results(tmp_path / "sweep").values()
+    assert result["status"] == "failed"
+    assert result["error"] == ("target 3, method rankstuck: on rank 1: RuntimeError: out of memory on rank 1; the "
+                               "ranks could not go on in step, so the job stopped there (rerun it to run the rest)")
+    assert {r["method"] for r in result["records"]} == {None, "finetune"}
+    assert "Traceback" not in run.stderr

@@ -117,6 +117,12 @@ class Outcome:
         failure = None
         try:
             yield
+        except RoundAbandoned as left:
+            if self.lockstep.spawned:  # the launching process starts the ranks again (runtime/ranks.py)
+                raise
+            self.error = (f"{left.unit}: {left.message}; the ranks could not go on in step, so the job stopped there "
+                          f"(rerun it to run the rest)")
+            return  # no agreement: the peers are gone or stuck
         except Exception as error:
             failure = failure_of(error)
         failure = self.agreed(JOB, failure)
@@ -483,15 +489,12 @@ def ranks_outcome(cfg: DictConfig, fabric: Fabric, plan: JobPlan) -> Outcome:
     a failed unit starts again without it (runtime/ranks.py). Ranks that SLURM started cannot be started again from
     here: where they cannot go on in step, the job fails with the first failing rank's message."""
     runner = locate(cfg.task.runner)
-    try:
-        if spawned(fabric):
-            return supervise(lambda: make_fabric(cfg.strategy, cfg.precision, cfg.runtime.accelerator), runner, plan)
+    if not spawned(fabric):
         return launch(fabric, runner, plan)
+    try:
+        return supervise(lambda: make_fabric(cfg.strategy, cfg.precision, cfg.runtime.accelerator), runner, plan)
     except RankDied as error:
         return Outcome(error=str(error))
-    except RoundAbandoned as left:
-        return Outcome(error=f"{left.unit}: {left.message}; the ranks could not go on in step, so the job stopped "
-                             f"there (its finished methods are not recorded: rerun to run it again)")
 
 
 def run_job(cfg: DictConfig) -> dict:
@@ -511,9 +514,9 @@ def run_job(cfg: DictConfig) -> dict:
         quiet_known_warnings()
         fabric = make_fabric(cfg.strategy, cfg.precision, cfg.runtime.accelerator)
         outcome = ranks_outcome(cfg, fabric, plan)
-        if not fabric.is_global_zero:  # under SLURM every task runs the job: rank 0 alone writes
-            return {}
-        outcome.report_failures()
+    if fabric is not None and not fabric.is_global_zero:  # under SLURM every task runs the job: rank 0 alone writes
+        return {}
+    outcome.report_failures()
     if outcome.trace:
         log.error("%s failed: %s (the traceback is in the job's log file)", folder.name, outcome.error)
         log.error("the traceback:\n%s", outcome.trace, extra=FILE_ONLY)

@@ -16,7 +16,8 @@ Three facts about torch.distributed shape this module:
   peers do not report within `GRACE_S`, they are stuck in such a collective: the ranks leave the round
   (`RoundAbandoned`), the launching process (`supervise`, for `ddp_spawn`) starts them again, and the new round
   records the unit as failed without running it. The units before it run again (their models come from the cache)
-  and score what they scored: every random choice derives from the seeds.
+  and score what they scored: every random choice derives from the seeds. Ranks that SLURM started cannot be
+  started again from inside the job: it stops at that unit, failed, with the records of the units before it.
 """
 
 from __future__ import annotations
@@ -64,14 +65,19 @@ def launch(fabric: Fabric, function: Callable, *args: Any) -> Any:
 
 
 def _in_step(fabric: Fabric, function: Callable, *args: Any) -> Any:
+    global _left
+    _left = False
     try:
         result = function(fabric, *args)
     except RoundAbandoned:
         if spawned(fabric):  # the launching process reads why from the job folder: no traceback on the terminal
             raise SystemExit(1) from None
         raise
-    disband()
+    disband(wait=not _left)  # a round left is no group to wait on: its peers are gone or stuck
     return result
+
+
+_left = False  # whether this process's ranks left their round (`Lockstep.leave`)
 
 
 def spawned(fabric: Fabric) -> bool:
@@ -81,10 +87,11 @@ def spawned(fabric: Fabric) -> bool:
     return isinstance(fabric.strategy.launcher, _MultiProcessingLauncher)
 
 
-def disband() -> None:
-    """Wait for every rank, then destroy the process group (a no-op without one)."""
+def disband(wait: bool = True) -> None:
+    """Wait for every rank (unless `wait` is false), then destroy the process group (a no-op without one)."""
     if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+        if wait:
+            dist.barrier()
         dist.destroy_process_group()
 
 
@@ -98,7 +105,8 @@ class Lockstep:
     def __init__(self, fabric: Fabric, timeout_s: float, folder: str, known: dict[str, str] | None = None) -> None:
         self.rank, self.world, self.timeout_s = fabric.global_rank, fabric.world_size, timeout_s
         self.folder, self.known = Path(folder), dict(known or {})
-        self.logs = self.rank == 0 and not spawned(fabric)  # spawned ranks' logging is not the job's log
+        self.spawned = spawned(fabric)  # spawned ranks can be started again; ranks that SLURM started cannot
+        self.logs = self.rank == 0 and not self.spawned  # spawned ranks' logging is not the job's log
         self.store = dist.distributed_c10d._get_default_store() if self.world > 1 else None
         self.count = 0
 
@@ -172,6 +180,8 @@ class Lockstep:
 
     def leave(self, unit: str, reason: dict, mine: bool) -> None:
         """End the round: the rank whose proposal won tells the launching process which unit failed and why."""
+        global _left
+        _left = True
         if mine:
             write_atomically(self.folder / ABANDONED, json.dumps(reason))
         raise RoundAbandoned(reason["unit"], reason["message"])
