@@ -487,7 +487,8 @@ def publish(path: Path, result: dict) -> None:
 def ranks_outcome(cfg: DictConfig, fabric: Fabric, plan: JobPlan) -> Outcome:
     """The job's outcome from its ranks. Ranks that Fabric spawns are supervised: a round the ranks had to leave at
     a failed unit starts again without it (runtime/ranks.py). Ranks that SLURM started cannot be started again from
-    here: where they cannot go on in step, the job fails with the first failing rank's message."""
+    here: where they cannot go on in step, the job stops there, failed with the first failing rank's message and the
+    records before it (`Outcome.capture`)."""
     runner = locate(cfg.task.runner)
     if not spawned(fabric):
         return launch(fabric, runner, plan)

@@ -29,14 +29,15 @@ KILLED = ("the job was cancelled, exceeded its time limit or memory, or its node
           "same command to resume: finished jobs are skipped)")
 
 
-def task_failures(stderr: Path) -> list[str]:
-    """srun's own lines on the job's tasks that ended badly ("srun: error: node1: task 1: Killed"; task k is rank k),
-    from the job's log: which rank of a multi-task job died, and how."""
+def first_task_failure(stderr: Path) -> str | None:
+    """srun's own line on the first of the job's tasks that ended badly ("srun: error: node1: task 1: Killed"; task
+    k is rank k; the later ones were killed for it), from the job's log: which rank of a multi-task job died, and
+    how."""
     try:
         lines = Path(stderr).read_text(errors="replace").splitlines()
     except OSError:
-        return []
-    return list(dict.fromkeys(line.strip() for line in lines if re.match(r"srun: error: .*tasks? [0-9,-]+: ", line)))
+        return None
+    return next((line.strip() for line in lines if re.match(r"srun: error: .*tasks? [0-9,-]+: ", line)), None)
 
 
 class SlurmLauncher(SubmititSlurmLauncher):
@@ -86,8 +87,9 @@ class SlurmLauncher(SubmititSlurmLauncher):
         folder = Path(config.hydra.sweep.dir) / str(config.hydra.sweep.subdir)
         result = read_result(folder / "result.json")
         if result is None:
-            tasks = "".join(f"{line}; " for line in task_failures(job.paths.stderr)[:1])  # the others: killed for it
-            error = f"SLURM job {job.job_id} ended {job.state}: {tasks}" + KILLED.format(log=job.paths.stdout)
+            task = first_task_failure(job.paths.stderr)
+            error = (f"SLURM job {job.job_id} ended {job.state}: " + (f"{task}; " if task else "")
+                     + KILLED.format(log=job.paths.stdout))
             result = failed_result(config, error)
             publish(folder / "result.json", result)
         return JobReturn(overrides=overrides, cfg=config, working_dir=str(folder), task_name=config.hydra.job.name,

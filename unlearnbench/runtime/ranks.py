@@ -141,11 +141,11 @@ class Lockstep:
         if arrived and all(other["unit"] == unit for other in statuses.values()):
             proposal = "stay"
         else:
-            self.store.set(f"{prefix}/reason{self.rank}", json.dumps(self.reason(unit, statuses, limit)))
+            self.store.set(f"{prefix}/reason{self.rank}", json.dumps(self.reason(unit, statuses)))
             proposal = f"leave {self.rank}"
         verdict = self.store.compare_set(f"{prefix}/verdict", "", proposal).decode()
         if verdict != "stay":
-            self.leave(unit, json.loads(self.store.get(f"{prefix}/reason{verdict.split()[1]}")), verdict == proposal)
+            self.leave(json.loads(self.store.get(f"{prefix}/reason{verdict.split()[1]}")), verdict == proposal)
         return self.first_failure(self.statuses(keys))
 
     def reported(self, keys: list[str], verdict: str, limit_s: float) -> bool:
@@ -162,13 +162,12 @@ class Lockstep:
     def statuses(self, keys: list[str]) -> dict[int, dict]:
         return {rank: json.loads(self.store.get(key)) for rank, key in enumerate(keys) if self.store.check([key])}
 
-    def reason(self, unit: str, statuses: dict[int, dict], waited_s: float) -> dict:
+    def reason(self, unit: str, statuses: dict[int, dict]) -> dict:
         """Why this rank proposes to leave the round: the first failure it knows of, or the peers that did not
         answer, or the ranks' disagreement on where they are."""
-        failed = sorted((status["order"], rank) for rank, status in statuses.items() if status["error"])
+        rank = first_failed(statuses)
         silent = [rank for rank in range(self.world) if rank not in statuses]
-        if failed:
-            rank = failed[0][1]
+        if rank is not None:
             message = f"on rank {rank}: {statuses[rank]['error']}"
         elif silent:
             message = (f"rank {', '.join(map(str, silent))} did not finish {unit} within strategy.timeout_s = "
@@ -176,24 +175,30 @@ class Lockstep:
         else:
             message = "the ranks reached different units: " + ", ".join(
                 f"rank {rank} {status['unit']}" for rank, status in statuses.items())
-        return {"unit": unit, "message": message, "silent": silent, "waited_s": waited_s}
+        return {"unit": unit, "message": message}
 
-    def leave(self, unit: str, reason: dict, mine: bool) -> None:
-        """End the round: the rank whose proposal won tells the launching process which unit failed and why."""
+    def leave(self, reason: dict, mine: bool) -> None:
+        """End the round; of spawned ranks, the one whose proposal won tells the launching process which unit
+        failed and why."""
         global _left
         _left = True
-        if mine:
+        if mine and self.spawned:
             write_atomically(self.folder / ABANDONED, json.dumps(reason))
         raise RoundAbandoned(reason["unit"], reason["message"])
 
     def first_failure(self, statuses: dict[int, dict]) -> Failure | None:
-        failed = sorted((status["order"], rank) for rank, status in statuses.items() if status["error"])
-        if not failed:
+        rank = first_failed(statuses)
+        if rank is None:
             return None
-        rank = failed[0][1]
         first = statuses[rank]
-        alike = len(failed) == self.world and all(status["error"] == first["error"] for status in statuses.values())
+        alike = len(statuses) == self.world and all(status["error"] == first["error"] for status in statuses.values())
         return Failure(first["error"] if alike else f"on rank {rank}: {first['error']}", first["trace"])
+
+
+def first_failed(statuses: dict[int, dict]) -> int | None:
+    """The rank that failed first (the store's counter orders the failures), or None when none failed."""
+    failed = sorted((status["order"], rank) for rank, status in statuses.items() if status["error"])
+    return failed[0][1] if failed else None
 
 
 class PeerFailed(Exception):
