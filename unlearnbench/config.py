@@ -64,11 +64,13 @@ AT_LEAST_0, AT_LEAST_1, POSITIVE = Range(low=0), Range(low=1), Range(low=0, low_
 
 @dataclass
 class Seeds:
-    """Training seed fixes M_o; unlearning seed fixes D_f (random sample), M_r and the method; eval seed the MIA."""
+    """Training seed fixes M_o; unlearning seed fixes M_r and the method; eval seed the MIA; forget seed the
+    random-sample forget set D_f (by default the unlearning seed: hold it fixed to compare models on one D_f)."""
 
     train: int = ranged(0, AT_LEAST_0)
     unlearn: int = ranged(II("seeds.train"), AT_LEAST_0)
     eval: int = ranged(II("seeds.unlearn"), AT_LEAST_0)
+    forget: int = ranged(II("seeds.unlearn"), AT_LEAST_0)
 
 
 @dataclass
@@ -109,6 +111,8 @@ class Evaluation:
     batch_size: int | None = ranged(None, AT_LEAST_1, optional=True)  # null: by device, 64 on CPUs, 1024 on GPUs
     mia_max_members: int = ranged(10000, AT_LEAST_1)  # the MIA attacker sees at most this many retain samples
     mia_loss_folds: int = ranged(5, Range(low=2))  # cross-validation needs two folds at least
+    examples: bool = True  # write examples.parquet (per-example outputs for the forgetting-quality scores)
+    examples_per_split: int = ranged(1000, AT_LEAST_0)  # of D_r and of D'_r (D_f is always whole)
 
 
 @dataclass
@@ -170,6 +174,7 @@ class Report:
     """The end-of-sweep report's options (`unlearnbench-report --target-se` for a rebuilt one)."""
 
     target_se: float = ranged(0.01, POSITIVE)  # the standard error a method's mean should reach (seed plan)
+    permutations: int = ranged(100, AT_LEAST_1)  # random splits behind each forgetting quality's null
 
 
 @dataclass
@@ -180,6 +185,10 @@ class Study:
     I: int = ranged(5, AT_LEAST_1)  # noqa: E741 (the study's own notation)
     J: int = ranged(5, AT_LEAST_1)
     repeat: int = ranged(0, AT_LEAST_0)
+    # `experiment=forget_quality`: design A (I training seeds × J unlearning seeds) together with design B (B training
+    # seeds, one unlearning seed each; its first I are A's j = 0 jobs); `job` numbers the union's jobs (swept).
+    B: int | None = ranged(None, AT_LEAST_1, optional=True)
+    job: int = ranged(0, AT_LEAST_0)
 
 
 @dataclass
@@ -276,6 +285,23 @@ def _unlearn_seed(train: int, repeat: int, count: int) -> int:
     return train * count + repeat
 
 
+def _design_cell(job: int, count_a: int, repeats: int, count_b: int) -> tuple[int, int]:
+    """(training seed, unlearning index) of job k of designs A ∪ B: k < I·J is A's (k // J, k mod J); the rest are
+    B's training seeds I..B−1 with j = 0 (B's training seeds below I are A's j = 0 jobs, not run twice)."""
+    job, count_a, repeats, count_b = int(job), int(count_a), int(repeats), int(count_b)
+    total = design_jobs(count_a, repeats, count_b)
+    if not 0 <= job < total:
+        raise ValueError(f"study.job must lie in 0..{total - 1} (designs A and B together), got {job}")
+    if job < count_a * repeats:
+        return divmod(job, repeats)
+    return count_a + job - count_a * repeats, 0
+
+
+def design_jobs(count_a: int, repeats: int, count_b: int) -> int:
+    """The number of jobs of design A (I × J) and design B (B training seeds) together."""
+    return int(count_a) * int(repeats) + max(0, int(count_b) - int(count_a))
+
+
 def _gpus_per_node(accelerator: str, devices: int) -> int:
     """GPUs a SLURM job asks for on each node: one per device, none when the job runs on CPUs (a node without GPUs
     refuses any GPU request)."""
@@ -295,5 +321,9 @@ if not OmegaConf.has_resolver("ub_suffix"):
     OmegaConf.register_new_resolver("ub_suffix", _subdir_suffix)
 if not OmegaConf.has_resolver("ub_gpus_per_node"):
     OmegaConf.register_new_resolver("ub_gpus_per_node", _gpus_per_node)
+if not OmegaConf.has_resolver("ub_design_train"):
+    OmegaConf.register_new_resolver("ub_design_train", lambda *cell: _design_cell(*cell)[0])
+    OmegaConf.register_new_resolver("ub_design_repeat", lambda *cell: _design_cell(*cell)[1])
+    OmegaConf.register_new_resolver("ub_design_jobs", design_jobs)
 if not OmegaConf.has_resolver("ub_unlearn_seed"):
     OmegaConf.register_new_resolver("ub_unlearn_seed", _unlearn_seed)

@@ -8,6 +8,7 @@
         for each method a:
             M_u <- a(copy of M_o)                      timed; memory and utilisation sampled
             records += scores of M_o, M_r, M_u on every split, with the evaluation seed
+            examples += M_o's, M_r's and M_u's outputs on D_f and samples of D_r, D'_r (examples.parquet)
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ from unlearnbench.data.base import full_pool
 from unlearnbench.data.scenarios import Scenario, Splits
 from unlearnbench.data.transforms import Normalizer
 from unlearnbench.errors import FILE_ONLY, UserError
-from unlearnbench.files import WriteError, write_atomically
+from unlearnbench.files import WriteError, remove_file, write_atomically
 from unlearnbench.methods.base import Method, UnlearningTask
+from unlearnbench.metrics.examples import ExampleTable
 from unlearnbench.metrics.scoring import Evaluator, Outputs, Scorer
 from unlearnbench.runtime.cache import ModelCache
 from unlearnbench.runtime.evaluate import evaluation_batch_size
@@ -61,6 +63,7 @@ from unlearnbench.runtime.seeding import configure_determinism, streams
 
 log = logging.getLogger(__name__)
 SCHEMA = 1
+EXAMPLES = "examples.parquet"  # the per-example outputs, beside result.json (metrics/examples.py)
 idle_since = psutil.Process().create_time()  # start of this process, then the end of its last job
 
 
@@ -87,6 +90,7 @@ class Outcome:
     succeeded: int = 0  # (target, method) pairs scored
     lockstep: Lockstep | None = None  # how the ranks agree on each unit's outcome (one rank: trivially)
     unreported: list[tuple[str, Failure]] = field(default_factory=list)  # failures not logged yet
+    examples: ExampleTable | None = None  # the per-example outputs (`evaluation.examples`)
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
@@ -242,6 +246,8 @@ class Workbench:
                                 self.monitor, cfg.train, identity, channels_last)
         batch_size = cfg.evaluation.batch_size or evaluation_batch_size(fabric.device.type)
         self.evaluator = Evaluator(fabric, self.data, self.store, self.normalizer, batch_size)
+        if cfg.evaluation.examples:
+            outcome.examples = ExampleTable(cfg.evaluation.examples_per_split, outcome.dataset["fingerprint"])
 
     def say(self, message: str) -> None:
         if self.fabric.is_global_zero:
@@ -261,9 +267,16 @@ class Workbench:
         return original
 
     def split(self, target: str) -> Splits:
-        splits = self.scenario.split(self.data, target, streams("forget_set", self.seeds.unlearn).torch)
+        splits = self.scenario.split(self.data, target, streams("forget_set", self.seeds.forget).torch)
         self.say(f"target {target}: |D_f| = {len(splits.forget_train)}, |D_r| = {len(splits.retain_train)}")
+        if self.outcome.examples is not None:
+            self.outcome.examples.choose(target, splits)
         return splits
+
+    def keep_examples(self, target: str, splits: Splits, role: str, method: str | None, outputs: Outputs) -> None:
+        """The model's per-example outputs on the target's chosen examples (examples.parquet)."""
+        if self.outcome.examples is not None:
+            self.outcome.examples.add(target, role, method, outputs.train, outputs.test, splits)
 
     def retrained(self, target: str, splits: Splits) -> Trained:
         """M_r: trained from scratch on D_r with the unlearning seed."""
@@ -328,6 +341,8 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                 comparison_o = scorer.comparison_scores(out_o, scores_o, out_r, scores_r)
                 outcome.add(target, None, "original", scores_o | comparison_o | cost_scores(original.cost))
                 outcome.add(target, None, "retrained", scores_r | cost_scores(retrained.cost))
+                bench.keep_examples(target, splits, "original", None, out_o)
+                bench.keep_examples(target, splits, "retrained", None, out_r)
                 for method in outcome.unsettled(bench.methods, target):
                     with outcome.isolated(target, method.name):
                         unlearned, cost = bench.unlearn(method, target, splits, original, retrained)
@@ -341,6 +356,7 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                         outcome.add(target, method.name, "unlearned", scores_u | comparison_u | cost_scores(cost))
                         if diverged:
                             raise Diverged(f"{method.name} diverged: {diverged}")
+                        bench.keep_examples(target, splits, "unlearned", method.name, out_u)
     return outcome
 
 
@@ -416,6 +432,7 @@ def _job_fields(cfg: DictConfig) -> dict:
     return {"task": cfg.task.name, "dataset": cfg.dataset.name, "model": cfg.model.name,
             "scenario": cfg.scenario.name, "method": cfg.method.name if cfg.method is not None else "all",
             "seed_train": cfg.seeds.train, "seed_unlearn": cfg.seeds.unlearn, "seed_eval": cfg.seeds.eval,
+            "seed_forget": cfg.seeds.forget,
             "strategy": cfg.strategy.name, "precision": cfg.precision.name,
             "devices": cfg.strategy.devices * cfg.strategy.num_nodes}
 
@@ -472,11 +489,18 @@ def failed_result(cfg: DictConfig, error: str) -> dict:
     return result_document(cfg, Outcome(error=error), started=None)
 
 
-def publish(path: Path, result: dict) -> None:
-    """Write `result.json` whole or not at all. Where it cannot be written (a full disk, a read-only folder) the
-    sweep cannot record anything more: stop it with one line, leaving every file already written intact."""
+def publish(path: Path, result: dict, examples: ExampleTable | None = None) -> None:
+    """Write `result.json` whole or not at all, after the job's `examples.parquet` beside it (so that a complete
+    result always has its examples; a stale file of an earlier run is removed). Where they cannot be written (a full
+    disk, a read-only folder) the sweep cannot record anything more: stop it with one line, leaving every file
+    already written intact."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        examples_path = path.with_name(EXAMPLES)
+        if examples is not None and len(examples):
+            examples.write(examples_path)
+        else:
+            remove_file(examples_path)
         write_json(path, result)
     except OSError as error:
         what = str(error) if isinstance(error, WriteError) else f"cannot write {path}: {error.strerror or error}"
@@ -522,7 +546,7 @@ def run_job(cfg: DictConfig) -> dict:
         log.error("%s failed: %s (the traceback is in the job's log file)", folder.name, outcome.error)
         log.error("the traceback:\n%s", outcome.trace, extra=FILE_ONLY)
     result = result_document(cfg, outcome, started)
-    publish(path, result)
+    publish(path, result, outcome.examples)
     log.info("%s: result.json written by rank %d of %d", folder.name, fabric.global_rank if fabric else 0,
              fabric.world_size if fabric else 1, extra=FILE_ONLY)
     global idle_since

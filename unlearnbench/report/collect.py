@@ -87,7 +87,7 @@ def check_job(job, complete: bool) -> None:
     _require(isinstance(job, dict), "job", job, "an object")
     if complete:
         _require(_int(job.get("seed_train")), "job.seed_train", job.get("seed_train"), "an integer")
-    for key in ("seed_train", "seed_unlearn", "seed_eval"):
+    for key in ("seed_train", "seed_unlearn", "seed_eval", "seed_forget"):
         _require(job.get(key) is None or _int(job[key]), f"job.{key}", job.get(key), "an integer or null")
     for key, value in job.items():
         if key in RESERVED:
