@@ -109,6 +109,7 @@ def report_main() -> None:
     the first one's `report/`, or `--out`. Failed jobs are listed in the report and on stderr."""
     import argparse
 
+    from unlearnbench.report.forget_quality import FORGET_PERMUTATIONS
     from unlearnbench.report.seed_design import TARGET_SE
 
     def positive(text: str) -> float:
@@ -120,12 +121,19 @@ def report_main() -> None:
             raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
         return value
 
+    def count(text: str) -> int:
+        if not text.strip().isdigit() or int(text) < 1:
+            raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+        return int(text)
+
     parser = argparse.ArgumentParser(prog="unlearnbench-report", description=report_main.__doc__)
     parser.add_argument("folders", nargs="+", type=Path, help="sweep folders holding job folders with result.json")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: FIRST_DIR/report)")
     parser.add_argument("--no-figures", action="store_true", help="tables and report.md only")
     parser.add_argument("--target-se", type=positive, default=TARGET_SE, metavar="SE",
                         help=f"the standard error of a method's mean the seed plan aims at (default {TARGET_SE})")
+    parser.add_argument("--permutations", type=count, default=FORGET_PERMUTATIONS, metavar="K",
+                        help=f"random splits behind each forgetting quality's null (default {FORGET_PERMUTATIONS})")
     args = parser.parse_args()
     missing = [str(f) for f in args.folders if not f.is_dir()]
     if missing:
@@ -135,7 +143,8 @@ def report_main() -> None:
 
     out = args.out or args.folders[0] / "report"
     try:
-        built = build_report(args.folders, out, figures=not args.no_figures, target_se=args.target_se)
+        built = build_report(args.folders, out, figures=not args.no_figures, target_se=args.target_se,
+                             forget_permutations=args.permutations)
     except WriteError as error:
         sys.exit(f"unlearnbench-report: {error}")
     for line in [*failure_lines(built.failed, len(built.jobs)), *method_failure_lines(failed_methods(built.jobs))]:

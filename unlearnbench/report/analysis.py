@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -89,6 +90,7 @@ class Study:
     ranks_by_seed: pd.DataFrame = field(default_factory=pd.DataFrame)
     plans: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: list[str] = field(default_factory=list)
+    forgetting: Any = None  # the per-example tables (`forget_quality.ForgetQuality`), filled by the report's build
 
     @property
     def groups(self) -> list[str]:

@@ -11,6 +11,10 @@
     rank_stability.csv             how often one training seed's best method differs from the other seeds' best
     rank_stability_by_seed.csv     both rankings' best methods and Kendall's τ for every training seed
     seed_plan.csv                  the cheapest (I, J) reaching `target_se` per method and main metric
+    forget_quality.csv             per pool of models (A(i), B) and method: the NeurIPS 2023 competition's forgetting
+                                   quality F with N, the ε cap and F's permutation null, the final score, LiRA
+    forget_quality_by_example.csv  ε per forget example, pool and method
+    forget_quality_across_seeds.csv  F of the A(i) (mean, std, range) against B's, per method
     report.md                      the tables in Markdown, warnings, figures, failed jobs and methods
     figures/*.png
 
@@ -32,6 +36,7 @@ from unlearnbench.report import stats
 from unlearnbench.report.analysis import Study, analyse
 from unlearnbench.report.collect import load_results, mixed_numerics, read_warnings
 from unlearnbench.report.console import MAIN
+from unlearnbench.report.forget_quality import FORGET_PERMUTATIONS, forget_quality, load_examples
 from unlearnbench.report.seed_design import TARGET_SE, extend
 
 
@@ -63,7 +68,8 @@ def write(path: Path, writer: Callable[[Path], object]) -> Path:
 
 
 def build_report(folders: list[Path], out: Path, figures: bool = True,
-                 permutations: int = stats.NULL_PERMUTATIONS, target_se: float = TARGET_SE) -> Report:
+                 permutations: int = stats.NULL_PERMUTATIONS, target_se: float = TARGET_SE,
+                 forget_permutations: int = FORGET_PERMUTATIONS) -> Report:
     """Build the report of the `result.json` files under `folders` into `out`; the jobs that did not complete (and
     the files that are not results) are listed in its failed section and returned in `Report.failed`.
 
@@ -72,17 +78,22 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
     from unlearnbench.report.markdown import render
 
     frame, jobs = load_results(folders)
+    examples = load_examples(jobs, frame)  # a damaged examples.parquet makes its job failed
     failed = [job for job in jobs if job["status"] != "complete"]
     make_folder(out)
     write(out / "results.csv", lambda path: frame.to_csv(path, index=False))
     write(out / "results.parquet", lambda path: _parquet_safe(frame).to_parquet(path, index=False))
     study = extend(analyse(frame, permutations), [(m, s) for _, m, s in MAIN], target_se)
+    study.forgetting = forget_quality(jobs, examples, frame, study.keys, forget_permutations)
     for name, table in (("summary", study.summary), ("table", study.table), ("seed_variance", study.variance),
                         ("seed_variance_by_seed", study.variance_by_seed), ("wasserstein", study.wasserstein),
                         ("wasserstein_by_seed", study.wasserstein_by_seed), ("rank_stability", study.ranks),
-                        ("rank_stability_by_seed", study.ranks_by_seed), ("seed_plan", study.plans)):
+                        ("rank_stability_by_seed", study.ranks_by_seed), ("seed_plan", study.plans),
+                        ("forget_quality", study.forgetting.quality),
+                        ("forget_quality_by_example", study.forgetting.by_example),
+                        ("forget_quality_across_seeds", study.forgetting.across)):
         write(out / f"{name}.csv", lambda path, table=table: table.to_csv(path, index=False))
-    warnings = [*study.warnings, *read_warnings(jobs)]
+    warnings = [*study.warnings, *read_warnings(jobs), *study.forgetting.left_out]
     mixed = mixed_numerics(jobs)
     if mixed:
         warnings.append(mixed)

@@ -33,7 +33,8 @@ def announce(failed: list[dict], total: int, methods: list[dict] = ()) -> None:
 def report(folder: Path, config: DictConfig) -> None:
     """Build `folder/report/` from every result.json under `folder`; announce failed jobs and methods."""
     try:
-        built = build_report([folder], folder / "report", target_se=config.report.target_se)
+        built = build_report([folder], folder / "report", target_se=config.report.target_se,
+                             forget_permutations=config.report.permutations)
     except WriteError as error:  # a full disk or a read-only folder: one line, the results stay on disk
         announce([{"folder": str(folder / "report"), "error": f"the report was not written: {error}"}], 1)
         return

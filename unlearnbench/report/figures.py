@@ -14,6 +14,9 @@ Per configuration (dataset · model · scenario):
   the designs A(i₀) and B side by side, the retrained model's quartiles as lines.
 - `ranks_<config>.png`: per ranked metric, Kendall's τ between each training seed's ranking of the methods and the
   other seeds' ranking, a cross where the best method changed (`seed_design.rank_stability`).
+- `forget_quality_<config>.png`: per method the forgetting quality F of each single-original-model pool A(i) as
+  points and of the multi-training-seed pool B as a line, and the distribution of the per-example ε
+  (`forget_quality`).
 - `trajectory_<config>_<metric>_<target>.png` for records with a `round` (the ranking task): Figure 3 of the seed
   study, a row per model (original, retrained, each method), design A(i₀) beside design B, a thin line per run and
   the mean ± std across runs.
@@ -294,13 +297,71 @@ def ranks(study: Study, folder: Path) -> list[Path]:
     return paths
 
 
+def forget_quality(study: Study, folder: Path) -> list[Path]:
+    """`forget_quality_<config>.png`: per target, F per method under each single-original-model pool A(i) (points)
+    and under the multi-training-seed pool B (a line), with the null's median (grey tick); beside it the
+    distribution of the per-example ε of pool B (of the first A(i) where there is no B)."""
+    forgetting = study.forgetting
+    if forgetting is None or forgetting.empty:
+        return []
+    paths = []
+    for ident, part in configurations(study, forgetting.quality):
+        targets = list(pd.unique(part["target"]))[:MAX_PANELS // 2]
+        figure = Figure(figsize=(11.0, 3.6 * len(targets) + 0.4), layout="constrained")
+        FigureCanvasAgg(figure)
+        for row, target in enumerate(targets):
+            rows = part[part["target"] == target]
+            examples = matching(forgetting.by_example, {**dict(zip(study.keys, ident, strict=True)),
+                                                        "target": target})
+            methods = list(pd.unique(rows["method"]))
+            _quality_panel(figure.add_subplot(len(targets), 2, 2 * row + 1), rows, methods, target)
+            _epsilon_panel(figure.add_subplot(len(targets), 2, 2 * row + 2), examples, methods, target)
+        figure.suptitle(f"{' · '.join(map(str, ident))}: forgetting quality F (NeurIPS 2023 competition)",
+                        fontsize=10)
+        handles = [Line2D([], [], color=COLOURS["A"], marker="o", linestyle="", label="A(i): one original model"),
+                   Line2D([], [], color=COLOURS["B"], linewidth=2, label="B: one job per training seed"),
+                   Line2D([], [], color="grey", linewidth=2, label="null median (pool split at random)")]
+        paths.append(_save(figure, folder / f"forget_quality_{slug('_'.join(map(str, ident)))}.png", handles))
+    return paths
+
+
+def _quality_panel(axis, rows: pd.DataFrame, methods: list[str], target: str) -> None:
+    for k, method in enumerate(methods):
+        mine = rows[rows["method"] == method]
+        a, b = mine[mine["design"] == "A"], mine[mine["design"] == "B"]
+        axis.plot(np.full(len(a), k), a["forget_quality"], "o", color=COLOURS["A"], alpha=0.7, markersize=4)
+        for value, colour, width in ((b["forget_quality"], COLOURS["B"], 2),
+                                     (mine["forget_quality_null_median"], "grey", 1.5)):
+            if len(value):
+                axis.plot([k - 0.3, k + 0.3], [value.iloc[-1]] * 2, color=colour, linewidth=width)
+    axis.set_xticks(range(len(methods)))
+    axis.set_xticklabels(methods, rotation=30, ha="right", fontsize=8)
+    axis.set_ylabel("forgetting quality F", fontsize=8)
+    axis.set_title(f"target {target}", fontsize=9)
+
+
+def _epsilon_panel(axis, examples: pd.DataFrame, methods: list[str], target: str) -> None:
+    design = "B" if (examples["design"] == "B").any() else "A"
+    chosen = examples[examples["design"] == design]
+    if design == "A" and not chosen.empty:
+        chosen = chosen[chosen["seed_train"] == chosen["seed_train"].min()]
+    data = [chosen[chosen["method"] == m]["epsilon"].to_numpy() for m in methods]
+    axis.boxplot([d if len(d) else [np.nan] for d in data], positions=range(len(methods)), widths=0.5,
+                 medianprops={"color": "black"})
+    axis.set_xticks(range(len(methods)))
+    axis.set_xticklabels(methods, rotation=30, ha="right", fontsize=8)
+    axis.set_ylabel("ε per forget example", fontsize=8)
+    which = "B" if design == "B" else "A(i), smallest i"
+    axis.set_title(f"target {target}: ε per example, pool {which}", fontsize=9)
+
+
 def draw(study: Study, folder: Path) -> tuple[list[Path], list[str]]:
     """Every figure into `folder`; (paths, problems). PNG files of an earlier build that this one did not redraw are
     removed at the end: until then (and when a figure cannot be written) the earlier ones stay whole."""
     make_folder(folder)
     paths, problems = [], []
-    kinds = (seed_study, designs, wasserstein, variance, ranks, trajectories) if study.has_seed_spread else (
-        trajectories,)
+    kinds = (seed_study, designs, wasserstein, variance, ranks, forget_quality, trajectories) \
+        if study.has_seed_spread else (trajectories,)
     for kind in kinds:
         try:
             paths += kind(study, folder)

@@ -204,6 +204,50 @@ def wasserstein_section(wasserstein: pd.DataFrame, columns: list[tuple[str, str,
                      "i with W2 > null", "I", "J"], rows)
 
 
+FORGET_INTRO = ["### Forgetting quality per example (NeurIPS 2023 competition, LiRA)", "",
+                "Per pool of models sharing one forget set, A(i) (the unlearning seeds of training seed i: one "
+                "original model) and B (one job per training seed): F, the mean over forget examples of the points "
+                "of each example's ε (1 below 0.5, halving every 0.5 up to the cap ⌈ln(N − 1)⌉, 0 beyond); its null "
+                "(the pooled 2N models split at random into two pools of N: median [5th percentile]); "
+                "distinguishable: F below the null's 5th percentile. Score = F · the retain accuracies' ratios "
+                "(train, test) of M_u to M_r. LiRA (offline, one-sided): AUC and TPR at 1% / 0.1% FPR of "
+                "unlearned against retrained models over all (model, forget example) pairs. MIA: the entropy "
+                "attack's mean, unlearned / retrained. ε per example in `forget_quality_by_example.csv`.", ""]
+
+
+def forget_quality_section(forgetting, select: dict) -> list[str]:
+    """The per-pool table, F across the A(i) against B, and how often A(i)'s best method by F is not B's."""
+    if forgetting is None or forgetting.empty:
+        return []
+    rows = matching(forgetting.quality, select)
+    if rows.empty:
+        return []
+    def pool(row) -> str:
+        return "B" if row.design == "B" else f"A({int(row.seed_train)})"
+
+    table = [[row.method, pool(row), str(int(row.n_models)), str(int(row.epsilon_cap)), fmt(row.forget_quality),
+              f"{fmt(row.forget_quality_null_median)} [{fmt(row.forget_quality_null_5pct)}]",
+              {True: "yes", False: "no"}.get(row.distinguishable, "–"), fmt(row.score), fmt(row.lira_auc),
+              fmt(row.lira_tpr_at_1pct), fmt(row.lira_tpr_at_0_1pct),
+              f"{fmt(row.mia_unlearned)} / {fmt(row.mia_retrained)}", row.note or ""]
+             for row in rows.rename(columns={"lira_tpr_at_0.1pct": "lira_tpr_at_0_1pct"}).itertuples()]
+    lines = [*FORGET_INTRO, *md_table(["method", "pool", "N", "cap", "F", "null median [5%]", "distinguishable",
+                                       "score", "LiRA AUC", "TPR@1%", "TPR@0.1%", "MIA u / r", "note"], table)]
+    across = matching(forgetting.across, select)
+    if not across.empty and (across["designs_A"] > 1).any():
+        lines += ["F across the single-original-model pools A(i), against B:", ""]
+        lines += md_table(["method", "A(i)", "F under A(i): mean ± std [min, max]", "F under B"],
+                          [[r.method, str(int(r.designs_A)),
+                            f"{mean_std(r.forget_quality_A_mean, r.forget_quality_A_std)} "
+                            f"[{fmt(r.forget_quality_A_min)}, {fmt(r.forget_quality_A_max)}]",
+                            fmt(r.forget_quality_B)] for r in across.itertuples()])
+    best = matching(forgetting.best, select)
+    for r in best.itertuples():
+        lines += [f"Best method by F under B: {r.best_B}; under each A(i): {r.best_A}. P(A(i)'s best is not B's) = "
+                  f"{interval(r.p_best_differs, r.p_low, r.p_high)} (Wilson 95%, {int(r.designs_A)} pools A(i)).", ""]
+    return lines
+
+
 def machines(jobs: list[dict]) -> list[str]:
     """Which machines and set-ups the complete jobs ran on (numbers are bit-identical only within one)."""
     identities = {job["numerics"]: job.get("numerics_identity") for job in jobs
@@ -241,6 +285,7 @@ def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Pat
                                (RANK_INTRO, rank_section(matching(study.ranks, select))),
                                (plan_intro, plan_section(matching(study.plans, select), columns))):
             lines += [*intro, *section] if section else []
+        lines += forget_quality_section(study.forgetting, select)
         lines += ["<details><summary>All metrics (mean ± std across training seeds)</summary>", ""]
         lines += all_metrics_section(part)
         lines += ["</details>", ""]
