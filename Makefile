@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install demo test lint bench readme-table study clean
+.PHONY: install demo test lint bench readme-table study forget-quality clean
 
 install: $(VENV)/.installed
 
@@ -35,6 +35,9 @@ readme-table: install  # rerun the demo from an empty cache and rewrite README.m
 study: install  # the seed study's Figure 1 on digits (about 10 minutes on 2 cores): docs/seed_study.png, README block
 	$(BIN)/python scripts/seed_study.py --readme
 
+forget-quality: install  # experiment=forget_quality on digits (125 jobs, about an hour on 2 cores): README block
+	$(BIN)/python scripts/forget_quality_table.py --readme
+
 clean:
-	rm -rf multirun_outputs outputs seed_study .cache .pytest_cache .ruff_cache build dist *.egg-info
+	rm -rf multirun_outputs outputs seed_study forget_quality .cache .pytest_cache .ruff_cache build dist *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

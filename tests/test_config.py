@@ -55,6 +55,28 @@ def test_seeds_default_to_each_other_and_override_independently():
     assert (cfg.seeds.train, cfg.seeds.unlearn, cfg.seeds.eval) == (7, 3, 3)
 
 
+def test_the_forget_seed_follows_the_unlearning_seed_unless_set():
+    cfg = compose_config(["seeds.train=7", "seeds.unlearn=3"])
+    assert cfg.seeds.forget == 3
+    assert compose_config(["seeds.train=7", "seeds.forget=0"]).seeds.forget == 0
+
+
+def test_the_forget_quality_experiment_numbers_designs_a_and_b_as_one_sweep():
+    def cell(job: int) -> tuple[int, int, int]:
+        cfg = compose_config(["experiment=forget_quality", f"study.job={job}"])
+        return cfg.seeds.train, cfg.seeds.unlearn, cfg.seeds.forget
+
+    cfg = compose_config(["experiment=forget_quality"])
+    assert (cfg.scenario.name, cfg.study.I, cfg.study.J, cfg.study.B) == ("random_sample", 3, 32, 32)
+    assert [cell(k) for k in (0, 31, 32, 95, 96, 124)] == [(0, 0, 0), (0, 31, 0), (1, 32, 0), (2, 95, 0),
+                                                          (3, 96, 0), (31, 992, 0)]  # B: training seeds 3..31, j = 0
+    from unlearnbench.config import design_jobs
+
+    assert design_jobs(3, 32, 32) == 125 and design_jobs(3, 2, 2) == 6  # B inside A: no job of its own
+    with pytest.raises(Exception, match=r"study.job must lie in 0..124"):
+        cell(125)
+
+
 @pytest.mark.parametrize("override", ["seeds.trian=1", "train.epoch=3", "scenario.target=[1]", "runtime.thread=2",
                                       "dataset.nmae=x"])
 def test_misspelled_key_fails_at_composition(override):

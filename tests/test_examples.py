@@ -204,3 +204,31 @@ def test_a_point_pool_scores_at_the_cap_in_A_and_a_foreign_forget_set_is_left_ou
     across = found.across.set_index("method")
     assert across.loc["det", "designs_A"] == 2 and across.loc["det", "forget_quality_A_mean"] == 0.0
     assert across.loc["det", "forget_quality_B"] == quality.loc[("det", "B", -1), "forget_quality"]
+
+
+def test_a_pool_that_cannot_be_scored_is_a_warning_and_the_others_are_scored():
+    from unlearnbench.report.forget_quality import forget_quality
+
+    jobs, examples, frame = fabricated_sweep(np.random.default_rng(1))
+    rows = examples["/sweep/digits_t0_u0"]
+    rows.loc[rows["method"] == "det", "conf"] = 1e12  # finite, but no logit-scaled confidence
+    found = forget_quality(jobs, examples, frame, ["dataset", "model", "scenario"], permutations=5)
+    problems = [w for w in found.left_out if "not scored" in w]
+    assert len(problems) == 2 and all("method det" in w and "1e+09" in w for w in problems)  # A(0) and B
+    assert {("det", "A", 1), ("retrain", "A", 0), ("retrain", "B", None)} <= {
+        (r.method, r.design, None if pd.isna(r.seed_train) else int(r.seed_train)) for r in found.quality.itertuples()}
+
+
+def test_the_readme_table_has_a_row_per_method_with_both_designs(sweep):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fq_table", Path(__file__).parent.parent / "scripts" /
+                                                  "forget_quality_table.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    lines = script.table(sweep / "report").splitlines()
+    assert lines[0].startswith("| method | F, A(i)") and len(lines) == 2 + 3
+    gold = next(line for line in lines if line.startswith("| retrain |")).split(" | ")
+    assert gold[1] == "1.000 ± 0.000 [1.000, 1.000]" and gold[2] == "1.000" and gold[4] == "1.000 / 1.000"
+    block = script.readme_block("TABLE", "this machine", "2 pools", 3.2)
+    assert block.startswith(script.BEGIN) and block.endswith(script.END) and "3 minutes" in block

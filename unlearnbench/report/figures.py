@@ -45,7 +45,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from unlearnbench.files import WriteError, atomic_path, make_folder, remove_file
-from unlearnbench.report.analysis import ROLE_ORDER, Study, label, matching
+from unlearnbench.report.analysis import GOLD_STANDARDS, ROLE_ORDER, Study, label, matching
 
 FIGURE_METRICS = [("acc", "forget_test"), ("acc", "retain_test"), ("delta_acc", "forget_test"),
                   ("delta_mia", "forget_train"), ("activation_distance", "forget_train"), ("layer_distance", ""),
@@ -300,7 +300,8 @@ def ranks(study: Study, folder: Path) -> list[Path]:
 def forget_quality(study: Study, folder: Path) -> list[Path]:
     """`forget_quality_<config>.png`: per target, F per method under each single-original-model pool A(i) (points)
     and under the multi-training-seed pool B (a line), with the null's median (grey tick); beside it the
-    distribution of the per-example ε of pool B (of the first A(i) where there is no B)."""
+    distribution of the per-example ε of pool B (of the first A(i) where there is no B). The retrained gold standard
+    is left out: its M_u is M_r itself, F = 1 by construction."""
     forgetting = study.forgetting
     if forgetting is None or forgetting.empty:
         return []
@@ -313,7 +314,7 @@ def forget_quality(study: Study, folder: Path) -> list[Path]:
             rows = part[part["target"] == target]
             examples = matching(forgetting.by_example, {**dict(zip(study.keys, ident, strict=True)),
                                                         "target": target})
-            methods = list(pd.unique(rows["method"]))
+            methods = [m for m in pd.unique(rows["method"]) if m not in GOLD_STANDARDS]  # retrain: F = 1, M_u = M_r
             _quality_panel(figure.add_subplot(len(targets), 2, 2 * row + 1), rows, methods, target)
             _epsilon_panel(figure.add_subplot(len(targets), 2, 2 * row + 2), examples, methods, target)
         figure.suptitle(f"{' · '.join(map(str, ident))}: forgetting quality F (NeurIPS 2023 competition)",
@@ -350,6 +351,8 @@ def _epsilon_panel(axis, examples: pd.DataFrame, methods: list[str], target: str
                  medianprops={"color": "black"})
     axis.set_xticks(range(len(methods)))
     axis.set_xticklabels(methods, rotation=30, ha="right", fontsize=8)
+    axis.set_yscale("symlog", linthresh=1.0)  # the scored range [0, 4] and the cap of 50 in one panel
+    axis.set_ylim(bottom=0)
     axis.set_ylabel("ε per forget example", fontsize=8)
     which = "B" if design == "B" else "A(i), smallest i"
     axis.set_title(f"target {target}: ε per example, pool {which}", fontsize=9)

@@ -240,15 +240,22 @@ def note_of(unlearned: np.ndarray, n: int) -> str:
 
 
 def pool_rows(group: tuple, keys: list[str], design: str, seed: int | None, pool: list[Job], methods: list[str],
-              values: dict, permutations: int) -> tuple[list[dict], list[dict]]:
-    """The forget_quality.csv rows of one pool (a row per method with two models or more) and its ε per example."""
-    rows, per_example = [], []
+              values: dict, permutations: int) -> tuple[list[dict], list[dict], list[str]]:
+    """The forget_quality.csv rows of one pool (a row per method with two models or more), its ε per example, and a
+    line for each method whose confidences could not be scored (one pool's problem never costs the others)."""
+    rows, per_example, problems = [], [], []
     ident = {**dict(zip(keys, group[:-1], strict=True)), "target": group[-1]}
     for method in methods:
         unlearned, retrained, indices, labels, folders = pool_matrices(pool, method)
         if len(folders) < 2:
             continue
-        scored = score_pool(unlearned, retrained, permutations)
+        try:
+            scored = score_pool(unlearned, retrained, permutations)
+        except ValueError as error:
+            name = "B" if design == "B" else f"A({seed})"
+            problems.append(f"{' · '.join(group[:-1])} — target {group[-1]}, pool {name}, method {method}: not "
+                            f"scored per example: {error}")
+            continue
         target = group[-1]
         accuracy = {(role, split): pool_mean(values, folders, target, role, method if role == "unlearned" else None,
                                              "acc", split)
@@ -264,7 +271,7 @@ def pool_rows(group: tuple, keys: list[str], design: str, seed: int | None, pool
         per_example += [{**ident, "method": method, "design": design, "seed_train": seed, "index": int(i),
                          "label": int(label), "epsilon": float(e)}
                         for i, label, e in zip(indices, labels, epsilons, strict=True)]
-    return rows, per_example
+    return rows, per_example, problems
 
 
 def best_by_quality(scores: pd.Series) -> list[str]:
@@ -323,9 +330,11 @@ def forget_quality(jobs: list[dict], examples: dict[str, pd.DataFrame], frame: p
             left_out.append(why)
         methods = sorted({m for job in kept for m in job.rows["method"].dropna().unique()})
         for design, seed, pool in design_pools(kept):
-            found, found_examples = pool_rows(group, keys, design, seed, pool, methods, values, permutations)
+            found, found_examples, problems = pool_rows(group, keys, design, seed, pool, methods, values,
+                                                        permutations)
             rows += found
             per_example += found_examples
+            left_out += problems
     quality = pd.DataFrame(rows, columns=[*keys, *QUALITY_COLUMNS])
     order = quality.assign(role="unlearned", metric="", split="")
     if not quality.empty:
