@@ -38,7 +38,7 @@ def rows(report: Path) -> list[list[str]]:
     for method, mine in quality.groupby("method", sort=False):
         a, b = mine[mine["design"] == "A"], mine[mine["design"] == "B"]
 
-        def pair(column: str) -> str:
+        def pair(column: str, a=a, b=b) -> str:
             return f"{fmt(a[column].mean())} / {fmt(b[column].iloc[0] if len(b) else float('nan'))}"
 
         f = a["forget_quality"]
