@@ -146,3 +146,8 @@ def test_ddp_spawn_evaluates_exactly_like_one_process(tmp_path):
     science = [r for r in one["records"] if r["metric"] not in ("time_s", "memory_gib", "utilisation_pct")]
     assert science == [r for r in two["records"] if r["metric"] not in ("time_s", "memory_gib", "utilisation_pct")]
     assert json.dumps(two["job"]).count("ddp_spawn") == 1
+    # the per-example outputs come back from the spawned rank whole (larger than a pipe's buffer) and identical
+    import pandas as pd
+
+    (folder_one,), (folder_two,) = (sorted((tmp_path / s).glob("*/examples.parquet")) for s in ("single", "again"))
+    pd.testing.assert_frame_equal(pd.read_parquet(folder_one), pd.read_parquet(folder_two))

@@ -16,6 +16,9 @@ is finite at any logit gap (log(1 − p) would be −inf once p rounds to 1, at 
 
 from __future__ import annotations
 
+import os
+import pickle
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,29 +47,29 @@ def confidence_and_loss(logits: Tensor, labels: Tensor) -> tuple[np.ndarray, np.
     return conf.numpy(), loss.numpy()
 
 
-def pool_order(data: ImageData, fingerprint: str, pool: str) -> Tensor:
+def pool_order(data: ImageData, fingerprint: str, pool: str) -> np.ndarray:
     """One permutation of a pool, from the dataset's identity alone (the same in every job on this dataset)."""
     size = len(data.pool(pool)[1])
-    return torch.randperm(size, generator=streams("examples", data.name, fingerprint, pool).torch)
+    return torch.randperm(size, generator=streams("examples", data.name, fingerprint, pool).torch).numpy()
 
 
-def sampled(subset: Subset, order: Tensor, count: int) -> Tensor:
+def sampled(subset: Subset, order: np.ndarray, count: int) -> np.ndarray:
     """The positions (in the pool) of the first `count` examples of `subset` in the pool's `order`, ascending."""
-    members = torch.zeros(len(order), dtype=torch.bool)
-    members[subset.indices.cpu()] = True
-    return order[members[order]][:count].sort().values
+    members = np.zeros(len(order), dtype=bool)
+    members[subset.indices.cpu().numpy()] = True
+    return np.sort(order[members[order]][:count])
 
 
 @dataclass
 class ExampleTable:
-    """The rows of one job's `examples.parquet`, gathered model by model (plain arrays: they cross process
-    boundaries under ddp_spawn)."""
+    """The rows of one job's `examples.parquet`, gathered model by model, as NumPy arrays and lists (it goes back
+    from a spawned rank to the launching process under ddp_spawn: `__getstate__`)."""
 
     per_split: int
     fingerprint: str  # the dataset's (`ImageData.fingerprint`): the samples' seed
     columns: dict[str, list] = field(default_factory=lambda: {name: [] for name in COLUMNS})
-    chosen: dict[str, dict[str, Tensor]] = field(default_factory=dict)  # target → split → positions in its pool
-    orders: dict[str, Tensor] = field(default_factory=dict)
+    chosen: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # target → split → positions in pool
+    orders: dict[str, np.ndarray] = field(default_factory=dict)
 
     def choose(self, target: str, splits: Splits) -> None:
         """Fix the examples of `target`: all of D_f, the sampled ones of D_r and D'_r."""
@@ -75,7 +78,7 @@ class ExampleTable:
             if split not in SPLITS:
                 continue
             if split == "forget_train":
-                chosen[split] = subset.indices.cpu().sort().values
+                chosen[split] = np.sort(subset.indices.cpu().numpy())
                 continue
             if subset.pool not in self.orders:
                 self.orders[subset.pool] = pool_order(subset.data, self.fingerprint, subset.pool)
@@ -89,15 +92,16 @@ class ExampleTable:
             if split not in SPLITS:
                 continue
             positions = self.chosen[target][split]
-            labels = subset.data.pool(subset.pool)[1].cpu()[positions]
-            logits = pools[subset.pool][positions]
+            rows = torch.from_numpy(positions)
+            labels = subset.data.pool(subset.pool)[1].cpu()[rows]
+            logits = pools[subset.pool][rows]
             conf, loss = confidence_and_loss(logits, labels)
             n = len(positions)
             self.columns["target"] += [target] * n
             self.columns["role"] += [role] * n
             self.columns["method"] += [method] * n
             self.columns["split"] += [split] * n
-            self.columns["index"].append(positions.numpy())
+            self.columns["index"].append(positions)
             self.columns["label"].append(labels.numpy())
             self.columns["conf"].append(conf)
             self.columns["loss"].append(loss)
@@ -105,6 +109,20 @@ class ExampleTable:
 
     def __len__(self) -> int:
         return len(self.columns["target"])
+
+    def __getstate__(self) -> dict:
+        """Pickled as the path of a temporary file that holds it: a spawned rank returns its outcome through a pipe
+        that Lightning reads only after the rank has ended, so a table larger than the pipe's buffer (64 KiB) would
+        block the rank forever."""
+        handle, path = tempfile.mkstemp(prefix="unlearnbench-examples-", suffix=".pickle")
+        with os.fdopen(handle, "wb") as file:
+            pickle.dump(self.__dict__, file, protocol=pickle.HIGHEST_PROTOCOL)
+        return {"spilled": path}
+
+    def __setstate__(self, state: dict) -> None:
+        with open(state["spilled"], "rb") as file:
+            self.__dict__.update(pickle.load(file))
+        os.unlink(state["spilled"])
 
     def frame(self):
         import pandas as pd
