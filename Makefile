@@ -21,7 +21,7 @@ test: install  # one worker per core (pytest-xdist), each test file on one worke
 	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 lint: install
-	$(BIN)/ruff check unlearnbench conf tests benchmarks scripts
+	$(BIN)/ruff check unlearnbench conf tests benchmarks scripts hydra_plugins
 
 bench: install
 	$(BIN)/python benchmarks/bench_demo.py

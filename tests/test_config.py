@@ -123,7 +123,7 @@ def test_slurm_preset_uses_submitit_with_one_task_per_device():
     assert launcher._target_.endswith("SlurmLauncher")
     assert launcher.tasks_per_node == 4 and launcher.gpus_per_node == 4
     assert launcher.timeout_min > 0
-    assert launcher._target_ == "hydra_plugins.unlearnbench_launcher.SlurmLauncher"
+    assert launcher._target_ == "hydra_plugins.unlearnbench_launcher.slurm.SlurmLauncher"
     on_cpus = compose_config(["hydra/launcher=slurm", "strategy=ddp", "runtime.accelerator=cpu"],
                              return_hydra_config=True).hydra.launcher
     assert on_cpus.gpus_per_node == 0 and on_cpus.tasks_per_node == 2  # a CPU partition refuses GPU requests

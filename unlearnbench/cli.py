@@ -44,10 +44,10 @@ def merged_group_choice(arguments: list[str]) -> str | None:
 
 
 @hydra.main(version_base="1.3", config_path="pkg://unlearnbench.conf", config_name="config")
-def hydra_job(cfg: DictConfig) -> None:
+def hydra_job(cfg: DictConfig) -> dict:
     from unlearnbench.job import run_job  # torch is imported here, not for --help
 
-    run_job(cfg)
+    return run_job(cfg)
 
 
 def unwritable_sweep_folder(arguments: list[str]) -> str | None:
@@ -63,16 +63,19 @@ def unwritable_sweep_folder(arguments: list[str]) -> str | None:
             f"hydra.sweep.dir=DIR")
 
 
-def register_slurm_launcher() -> None:
-    """Register `hydra/launcher=slurm`'s launcher with Hydra, which finds plugins by listing the `hydra_plugins`
-    namespace: an editable install's namespace packages cannot be listed, so the scan alone would miss it."""
+def register_launchers() -> None:
+    """Register `hydra/launcher=local` and `=slurm` with Hydra, which finds plugins by listing the `hydra_plugins`
+    namespace: an editable install's namespace packages cannot be listed, so the scan alone would miss them."""
     import importlib.util
 
-    if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
-        return  # the `slurm` extra is not installed: Hydra says so when the preset is chosen
     from hydra.core.plugins import Plugins
 
-    from hydra_plugins.unlearnbench_launcher import SlurmLauncher
+    from hydra_plugins.unlearnbench_launcher.local import LocalLauncher
+
+    Plugins.instance().register(LocalLauncher)
+    if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
+        return  # the `slurm` extra is not installed: Hydra says so when the preset is chosen
+    from hydra_plugins.unlearnbench_launcher.slurm import SlurmLauncher
 
     Plugins.instance().register(SlurmLauncher)
 
@@ -90,7 +93,7 @@ def main() -> None:
     message = merged_group_choice(sys.argv[1:]) or (unwritable_sweep_folder(sys.argv[1:]) if sweeps else None)
     if message:
         sys.exit(message)
-    register_slurm_launcher()
+    register_launchers()
     signal.signal(signal.SIGTERM, interrupted)
     logging.raiseExceptions = False  # a log line that cannot be written (a full disk) must not print a traceback
     try:

@@ -127,6 +127,9 @@ class Runtime:
     # a CPU takes channels_last inputs whatever this says (forward only: 1.3–2× faster; runtime/evaluate.py).
     channels_last: bool | None = None
     print_table: bool = True
+    # Live progress: a bar per training run on a terminal, the epoch lines on the console, the sweep's count and ETA
+    # after every job. false keeps the job's log file alone (its stage and epoch lines are always written).
+    progress: bool = True
 
 
 @dataclass

@@ -42,6 +42,7 @@ from unlearnbench.files import WriteError, remove_file, write_atomically
 from unlearnbench.methods.base import Method, UnlearningTask
 from unlearnbench.metrics.examples import ExampleTable
 from unlearnbench.metrics.scoring import Evaluator, Outputs, Scorer
+from unlearnbench.runtime import progress
 from unlearnbench.runtime.cache import ModelCache
 from unlearnbench.runtime.evaluate import evaluation_batch_size
 from unlearnbench.runtime.fabric import make_fabric, quiet_known_warnings
@@ -75,6 +76,7 @@ class JobPlan:
     methods: list[dict]
     folder: str
     known_failures: dict[str, str] = field(default_factory=dict)  # unit → message, from an earlier round (ranks.py)
+    log: tuple[str | None, str | None] = (None, None)  # the job's log file and line format, for spawned ranks
 
 
 @dataclass
@@ -91,6 +93,7 @@ class Outcome:
     lockstep: Lockstep | None = None  # how the ranks agree on each unit's outcome (one rank: trivially)
     unreported: list[tuple[str, Failure]] = field(default_factory=list)  # failures not logged yet
     examples: ExampleTable | None = None  # the per-example outputs (`evaluation.examples`)
+    curves: list[dict] = field(default_factory=list)  # per epoch: loss, accuracy, lr of each trained model
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
@@ -226,8 +229,9 @@ class Workbench:
     def __init__(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
         cfg = OmegaConf.create(plan.config)
         self.fabric, self.cfg, self.seeds, self.outcome = fabric, cfg, cfg.seeds, outcome
-        with outcome.timed("load_data"):
+        with self.stage(f"loading {plan.config['dataset']['name']}", "load_data") as loading:
             self.data = build(plan.config["dataset"], "dataset").load().to(fabric.device)
+            loading.note(f"{len(self.data.train_labels):,} training and {len(self.data.test_labels):,} test images")
         outcome.dataset = self.data.describe()
         self.scenario = build(plan.config["scenario"], "scenario")
         if not isinstance(self.scenario, Scenario):
@@ -249,9 +253,18 @@ class Workbench:
         if cfg.evaluation.examples:
             outcome.examples = ExampleTable(cfg.evaluation.examples_per_split, outcome.dataset["fingerprint"])
 
-    def say(self, message: str) -> None:
-        if self.fabric.is_global_zero:
-            log.info(message)
+    @contextmanager
+    def stage(self, title: str, timing: str) -> Iterator[progress.Stage]:
+        """A stage of the job: timed into `timings[timing]`, with a line in the log when it starts and ends."""
+        with self.outcome.timed(timing), progress.stage(title) as current:
+            yield current
+
+    def keep_curve(self, model: str, seed: int, curve: dict | None, target: str | None = None,
+                   method: str | None = None, cached: bool = False) -> None:
+        """A trained model's per-epoch curve for result.json's `curves` (a model that trained no epoch has none)."""
+        if curve and curve.get("epoch"):
+            self.outcome.curves.append({"model": model, "target": target, "method": method, "seed": seed,
+                                        "cached": cached, **curve})
 
     def new_model(self) -> nn.Module:
         data = self.data
@@ -260,15 +273,17 @@ class Workbench:
 
     def original(self) -> Trained:
         """M_o: trained on the whole training pool with the training seed."""
-        self.say(f"original model: training seed {self.seeds.train}")
-        with self.outcome.timed("original"):
-            original = self.store.trained(full_pool(self.data, "train"), "original", self.seeds.train)
+        title = f"original model (training seed {self.seeds.train})"
+        with self.stage(title, "original") as training:
+            original = self.store.trained(full_pool(self.data, "train"), "original", self.seeds.train, title)
+            training.note(provenance(original))
         self.outcome.cache["original"] = original.cache
+        self.keep_curve("original", self.seeds.train, original.curve, cached=original.cache["hit"])
         return original
 
     def split(self, target: str) -> Splits:
         splits = self.scenario.split(self.data, target, streams("forget_set", self.seeds.forget).torch)
-        self.say(f"target {target}: |D_f| = {len(splits.forget_train)}, |D_r| = {len(splits.retain_train)}")
+        progress.say(f"target {target}: |D_f| = {len(splits.forget_train)}, |D_r| = {len(splits.retain_train)}")
         if self.outcome.examples is not None:
             self.outcome.examples.choose(target, splits)
         return splits
@@ -280,20 +295,23 @@ class Workbench:
 
     def retrained(self, target: str, splits: Splits) -> Trained:
         """M_r: trained from scratch on D_r with the unlearning seed."""
-        self.say(f"target {target}: retrained model, unlearning seed {self.seeds.unlearn}")
-        with self.outcome.timed("retrained"):
-            retrained = self.store.trained(splits.retain_train, "retrained", self.seeds.unlearn)
+        title = f"target {target}: retrained model (unlearning seed {self.seeds.unlearn})"
+        with self.stage(title, "retrained") as training:
+            retrained = self.store.trained(splits.retain_train, "retrained", self.seeds.unlearn, title)
+            training.note(provenance(retrained))
         self.outcome.cache["retrained"].append({"target": target, **retrained.cache})
+        self.keep_curve("retrained", self.seeds.unlearn, retrained.curve, target, cached=retrained.cache["hit"])
         return retrained
 
     def scorer(self, target: str, splits: Splits) -> Scorer:
         evaluation = self.cfg.evaluation
         return Scorer(splits, self.seeds.eval, target, evaluation.mia_max_members, evaluation.mia_loss_folds)
 
-    def reference_outputs(self, model: nn.Module, role: str) -> Outputs:
+    def reference_outputs(self, model: nn.Module, role: str, target: str | None = None) -> Outputs:
         """Outputs of M_o or M_r, kept for the job (the `retrain` method returns M_r: not evaluated twice); a
         reference model that diverged in training makes every comparison meaningless: an error."""
-        with self.outcome.timed(f"evaluation:{role}"):
+        where = f"target {target}: " if target is not None else ""
+        with self.stage(f"{where}evaluation of the {role} model", f"evaluation:{role}"):
             outputs = self.evaluator.outputs(model, remember=True)
         diverged = outputs.non_finite()
         if diverged:
@@ -314,9 +332,11 @@ class Workbench:
             retrained=retrained.module, retrained_cost=retrained.cost,
             memo=lambda kind, parts, build: store.memo(original, kind, parts, build),
         )
-        self.say(f"target {target}: unlearning with {method.name}")
-        with self.outcome.timed(f"method:{method.name}"), self.monitor.measure() as measured:
+        title = f"target {target}: {method.name}"
+        with (self.stage(title, f"method:{method.name}"), self.monitor.measure() as measured,
+              progress.training(title) as run):
             unlearned = method.unlearn(store.load(original.state), task)
+        self.keep_curve("unlearned", self.seeds.unlearn, run.curve, target, method.name)
         if self.outcome.lockstep:  # no rank evaluates (collectives) while another is failing inside the method
             self.outcome.lockstep.together(unit_name(target, method.name))
         return unlearned, method.cost(measured, task)
@@ -327,6 +347,7 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
     target's or one method's failure is recorded and the rest of the job goes on."""
     outcome = Outcome.begin(fabric, plan)
     quiet_known_warnings()
+    watch(fabric, plan)
     with outcome.capture():
         bench = Workbench(fabric, plan, outcome)
         original = bench.original()
@@ -335,7 +356,7 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
             with outcome.isolated(target):
                 splits = bench.split(target)
                 retrained = bench.retrained(target, splits)
-                out_r = bench.reference_outputs(retrained.module, "retrained")
+                out_r = bench.reference_outputs(retrained.module, "retrained", target)
                 scorer = bench.scorer(target, splits)
                 scores_o, scores_r = scorer.model_scores(out_o), scorer.model_scores(out_r)
                 comparison_o = scorer.comparison_scores(out_o, scores_o, out_r, scores_r)
@@ -346,7 +367,8 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                 for method in outcome.unsettled(bench.methods, target):
                     with outcome.isolated(target, method.name):
                         unlearned, cost = bench.unlearn(method, target, splits, original, retrained)
-                        with outcome.timed(f"evaluation:{method.name}"):
+                        with bench.stage(f"target {target}: evaluation of {method.name}",
+                                         f"evaluation:{method.name}"):
                             out_u = bench.evaluator.outputs(unlearned)
                             scores_u = scorer.model_scores(out_u)
                             comparison_u = scorer.comparison_scores(out_u, scores_u, out_r, scores_r)
@@ -358,6 +380,24 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                             raise Diverged(f"{method.name} diverged: {diverged}")
                         bench.keep_examples(target, splits, "unlearned", method.name, out_u)
     return outcome
+
+
+def provenance(model: Trained) -> str:
+    """Where a reference model came from, for its stage's end line."""
+    if model.cache["hit"]:
+        return "from the cache"
+    curve = model.curve or {}
+    accuracy = (curve.get("train_acc") or [None])[-1]
+    return f"trained, {len(curve.get('epoch') or [])} epochs" + (
+        f", final training accuracy {accuracy:.1%}" if accuracy is not None else "")
+
+
+def watch(fabric: Fabric, plan: JobPlan) -> None:
+    """This rank's progress for the job: rank 0 logs (a spawned rank 0 into the job's log file, which its fresh
+    process does not have yet), and shows live progress unless `runtime.progress` is false."""
+    progress.configure(plan.config["runtime"]["progress"], fabric.is_global_zero)
+    if fabric.is_global_zero and spawned(fabric):
+        progress.join_job_log(*plan.log)
 
 
 def registered_methods(cfg: DictConfig, task: str) -> list[dict]:
@@ -417,7 +457,7 @@ def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
     unserved = [m["name"] for m in methods if not build(m, "method").serves(scenario)]
     if config["method"] is not None and unserved:
         raise UserError(f"method {unserved[0]} does not serve scenario {scenario.name}")
-    return JobPlan(config, [m for m in methods if m["name"] not in unserved], str(folder))
+    return JobPlan(config, [m for m in methods if m["name"] not in unserved], str(folder), log=progress.job_log())
 
 
 def job_fields(cfg: DictConfig) -> dict:
@@ -481,7 +521,7 @@ def result_document(cfg: DictConfig, outcome: Outcome, started: str | None) -> d
             **({"dataset": outcome.dataset} if outcome.dataset else {}), "started": started,
             "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "cache": outcome.cache, "timings": outcome.timings, "failures": outcome.failures,
-            "records": outcome.records}
+            "curves": outcome.curves, "records": outcome.records}
 
 
 def failed_result(cfg: DictConfig, error: str) -> dict:

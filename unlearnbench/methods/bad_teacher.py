@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from unlearnbench.config import Range
 from unlearnbench.data.base import Subset
 from unlearnbench.methods.base import Method, UnlearningTask, setting
+from unlearnbench.runtime.progress import EpochMeter
 from unlearnbench.runtime.train import descend, float_logits
 
 
@@ -81,10 +82,15 @@ class BadTeacher(Method):
         student, optimizer = task.adam(model, self.lr, self.name)
         student.train()
         batches = task.batches(data, setting(self.batch_size, task))
-        for _ in range(setting(self.epochs, task)):
-            for inputs, _, positions in batches.indexed():
-                with torch.no_grad():
-                    good, bad = float_logits(competent(inputs)), float_logits(incompetent(inputs))
-                loss = unlearner_loss(float_logits(student(inputs)), flags[positions], good, bad, temperature)
-                descend(task.fabric, optimizer, loss)
+        epochs = setting(self.epochs, task)
+        with EpochMeter(task.fabric, epochs, len(batches)) as meter:  # the curve: the distillation loss
+            for _ in range(epochs):
+                for inputs, labels, positions in batches.indexed():
+                    with torch.no_grad():
+                        good, bad = float_logits(competent(inputs)), float_logits(incompetent(inputs))
+                    logits = float_logits(student(inputs))
+                    loss = unlearner_loss(logits, flags[positions], good, bad, temperature)
+                    meter.batch(loss, logits, labels, optimizer)
+                    descend(task.fabric, optimizer, loss)
+                meter.end_epoch()
         return student

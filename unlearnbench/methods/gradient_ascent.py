@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from unlearnbench.methods.base import Method, UnlearningTask, setting
+from unlearnbench.runtime.progress import EpochMeter
 from unlearnbench.runtime.train import descend, float_logits
 
 
@@ -28,8 +29,13 @@ class GradientAscent(Method):
         model, optimizer = task.sgd(model, self.lr, self.momentum, self.weight_decay)
         batches = task.batches(task.splits.forget_train, setting(self.batch_size, task))
         model.train()
-        for _ in range(setting(self.epochs, task)):
-            for inputs, labels in batches:
-                loss = -F.cross_entropy(float_logits(model(inputs)), labels)
-                descend(task.fabric, optimizer, loss)
+        epochs = setting(self.epochs, task)
+        with EpochMeter(task.fabric, epochs, len(batches)) as meter:  # the curve: −CE on D_f, accuracy on D_f
+            for _ in range(epochs):
+                for inputs, labels in batches:
+                    logits = float_logits(model(inputs))
+                    loss = -F.cross_entropy(logits, labels)
+                    meter.batch(loss, logits, labels, optimizer)
+                    descend(task.fabric, optimizer, loss)
+                meter.end_epoch()
         return model

@@ -91,6 +91,7 @@ class Study:
     plans: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: list[str] = field(default_factory=list)
     forgetting: Any = None  # the per-example tables (`forget_quality.ForgetQuality`), filled by the report's build
+    curves: pd.DataFrame = field(default_factory=pd.DataFrame)  # `curves.curve_table`, filled by the report's build
 
     @property
     def groups(self) -> list[str]:
@@ -103,7 +104,9 @@ class Study:
 
     @property
     def wants_figures(self) -> bool:
-        return self.has_seed_spread or not self.rounds.empty
+        """Something to draw: seed spread, per-round records or training curves (a single job's curves still show
+        an under-trained or diverged model)."""
+        return self.has_seed_spread or not self.rounds.empty or not self.curves.empty
 
 
 def prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[str]]:

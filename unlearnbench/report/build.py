@@ -15,6 +15,8 @@
                                    quality F with N, the ε cap and F's permutation null, the final score, LiRA
     forget_quality_by_example.csv  ε per forget example, pool and method
     forget_quality_across_seeds.csv  F of the A(i) (mean, std, range) against B's, per method
+    curves.csv                     training loss, accuracy and learning rate per epoch of every distinct M_o, M_r
+                                   and training method's model (a cached model's curve once)
     report.md                      the tables in Markdown, warnings, figures, failed jobs and methods
     figures/*.png
 
@@ -36,6 +38,7 @@ from unlearnbench.report import stats
 from unlearnbench.report.analysis import Study, analyse
 from unlearnbench.report.collect import load_results, mixed_numerics, read_warnings
 from unlearnbench.report.console import MAIN
+from unlearnbench.report.curves import curve_table
 from unlearnbench.report.forget_quality import FORGET_PERMUTATIONS, forget_quality, load_examples
 from unlearnbench.report.seed_design import TARGET_SE, extend
 
@@ -85,15 +88,16 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
     write(out / "results.parquet", lambda path: _parquet_safe(frame).to_parquet(path, index=False))
     study = extend(analyse(frame, permutations), [(m, s) for _, m, s in MAIN], target_se)
     study.forgetting = forget_quality(jobs, examples, frame, study.keys, forget_permutations)
+    study.curves, curve_warnings = curve_table(jobs, study.keys)
     for name, table in (("summary", study.summary), ("table", study.table), ("seed_variance", study.variance),
                         ("seed_variance_by_seed", study.variance_by_seed), ("wasserstein", study.wasserstein),
                         ("wasserstein_by_seed", study.wasserstein_by_seed), ("rank_stability", study.ranks),
                         ("rank_stability_by_seed", study.ranks_by_seed), ("seed_plan", study.plans),
                         ("forget_quality", study.forgetting.quality),
                         ("forget_quality_by_example", study.forgetting.by_example),
-                        ("forget_quality_across_seeds", study.forgetting.across)):
+                        ("forget_quality_across_seeds", study.forgetting.across), ("curves", study.curves)):
         write(out / f"{name}.csv", lambda path, table=table: table.to_csv(path, index=False))
-    warnings = [*study.warnings, *read_warnings(jobs), *study.forgetting.left_out]
+    warnings = [*study.warnings, *read_warnings(jobs), *study.forgetting.left_out, *curve_warnings]
     mixed = mixed_numerics(jobs)
     if mixed:
         warnings.append(mixed)

@@ -10,6 +10,7 @@ way: the sweep's results stay on disk, and `unlearnbench-report DIR` rebuilds th
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,10 @@ def announce(failed: list[dict], total: int, methods: list[dict] = ()) -> None:
 
 def report(folder: Path, config: DictConfig) -> None:
     """Build `folder/report/` from every result.json under `folder`; announce failed jobs and methods."""
+    from unlearnbench.runtime.progress import duration
+
+    print("report: started", flush=True)
+    start = time.perf_counter()
     try:
         built = build_report([folder], folder / "report", target_se=config.report.target_se,
                              forget_permutations=config.report.permutations)
@@ -44,6 +49,7 @@ def report(folder: Path, config: DictConfig) -> None:
                                                                 f"{error}"}], 1)
         return
     announce(built.failed, len(built.jobs), failed_methods(built.jobs))
+    print(f"report: done in {duration(time.perf_counter() - start)} ({len(built.jobs)} jobs)")
     print(f"report: {folder / 'report'}")
 
 
@@ -65,6 +71,20 @@ def check_methods(config: DictConfig) -> None:
         raise UserError(f"methods: unknown method {unknown[0]}; valid: {', '.join(known)}")
 
 
+def sweep_size(config: DictConfig) -> int | None:
+    """The number of jobs of the sweep, as Hydra's basic sweeper expands it (its params, then the command line's
+    overrides); None where it cannot be told."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        params = [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items()]
+        overrides = OverridesParser.create().parse_overrides([*params, *config.hydra.overrides.task])
+        return sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))
+    except Exception:
+        return None
+
+
 class ReportCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Check the sweep's options before any job starts: one line and exit code 2 for a value out of range."""
@@ -81,6 +101,17 @@ class ReportCallback(Callback):
             check_methods(config)
         except UserError as error:
             raise SystemExit(f"unlearnbench: {error}") from None
+        from unlearnbench.runtime import progress
+
+        progress.begin_sweep(sweep_size(config), live=bool(config.runtime.progress))
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        """The sweep's count and ETA after a job that ran in this process (the basic launcher's)."""
+        from hydra.core.utils import JobStatus
+
+        from unlearnbench.runtime import progress
+
+        progress.job_finished(job_return._return_value if job_return.status == JobStatus.COMPLETED else None)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)

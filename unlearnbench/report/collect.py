@@ -169,8 +169,9 @@ def load_results(folders: list[Path]) -> tuple[pd.DataFrame, list[dict]]:
     `cost_retrained_s` (the record's target's M_r), for the seed plan. Other keys of a record are ignored.
 
     Besides its fields, a job dict holds `numerics_identity`, and where they apply `non_finite` ({metric: count} of
-    the values treated as missing), `failures` (its methods that failed, from the file's `failures` list) and
-    `problems` (parts of the file that were ignored); see `read_warnings`.
+    the values treated as missing), `failures` (its methods that failed, from the file's `failures` list),
+    `problems` (parts of the file that were ignored; see `read_warnings`) and `curves` (the file's training curves as
+    written, checked only by `curves.curve_table`: a malformed curve costs no job).
     """
     rows, jobs = [], []
     for path in result_files(folders):
@@ -214,7 +215,8 @@ def job_rows(result: dict, folder: str) -> tuple[dict, list[dict]]:
         if row["value"] is None and record["value"] is not None:
             non_finite[record["metric"]] = non_finite.get(record["metric"], 0) + 1
         rows.append(row)
-    job = {**job, "numerics_identity": numerics, **({"non_finite": non_finite} if non_finite else {})}
+    job = {**job, "numerics_identity": numerics, **({"non_finite": non_finite} if non_finite else {}),
+           **({"curves": result["curves"]} if result.get("curves") is not None else {})}
     return {**job, **failures_of(result)}, rows
 
 

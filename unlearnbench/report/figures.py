@@ -20,6 +20,10 @@ Per configuration (dataset · model · scenario):
 - `trajectory_<config>_<metric>_<target>.png` for records with a `round` (the ranking task): Figure 3 of the seed
   study, a row per model (original, retrained, each method), design A(i₀) beside design B, a thin line per run and
   the mean ± std across runs.
+- `curves_<config>.png` for the jobs' training curves (`curves.curve_table`): a row per kind of model (M_o, one
+  line per training seed; M_r, one line per target and unlearning seed; the methods that train, one line per run),
+  a column each for the training loss, training accuracy and learning rate per epoch, so that an under-trained or
+  diverged model stands out.
 
 Each PNG is written whole or not at all (`atomic_path`); a figure that cannot be written stops the report with a
 `WriteError` (a full disk is not a figure's problem to hide), any other failure of a kind of figure becomes a
@@ -43,6 +47,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from unlearnbench.files import WriteError, atomic_path, make_folder, remove_file
 from unlearnbench.report.analysis import GOLD_STANDARDS, ROLE_ORDER, Study, label, matching
@@ -358,13 +363,113 @@ def _epsilon_panel(axis, examples: pd.DataFrame, methods: list[str], target: str
     axis.set_title(f"target {target}: ε per example, pool {which}", fontsize=9)
 
 
+CURVE_SERIES = [("loss", "training loss"), ("train_acc", "training accuracy"), ("lr", "learning rate")]
+CURVE_ROWS = {"original": ("M_o: a line per training seed", "training seed "),  # (row title, legend prefix)
+              "retrained": ("M_r: a line per target and unlearning seed", "unlearning seed "),
+              "unlearned": ("methods: a line per run", "")}
+MAX_LEGEND = 10  # up to this many seeds (methods) a colour each, all named; beyond, a sequential map in seed order
+LINE_STYLES = ["-", "--", ":", "-."]  # one per target, where there are no more targets than styles
+LOG_SPREAD = 10.0  # a loss axis spanning this factor or more is drawn on a log scale
+
+
+def curves(study: Study, folder: Path) -> list[Path]:
+    """`curves_<config>.png`: the training curves of the configuration's models, a row per kind of model (those
+    it has), a column per series; a gap in a line is a missing or non-finite value, a cross the last value before
+    missing ones at the end (a diverged model) or a value the line cannot show alone."""
+    paths = []
+    for ident, part in configurations(study, study.curves):
+        rows = [(role, title) for role, (title, _) in CURVE_ROWS.items() if (part["role"] == role).any()]
+        figure = Figure(figsize=(13.0, 2.9 * len(rows) + 0.7), layout="constrained")
+        FigureCanvasAgg(figure)
+        axes = figure.subplots(len(rows), len(CURVE_SERIES), squeeze=False)
+        for (role, title), row in zip(rows, axes, strict=True):
+            _curve_row(row, part[part["role"] == role], role)
+            row[0].set_ylabel(title, fontsize=8)
+        for axis in axes[-1]:
+            axis.set_xlabel("epoch", fontsize=8)
+        figure.suptitle(f"{' · '.join(map(str, ident))}: training curves", fontsize=10)
+        paths.append(_save(figure, folder / f"curves_{slug('_'.join(map(str, ident)))}.png"))
+    return paths
+
+
+def _curve_row(axes, rows: pd.DataFrame, role: str) -> None:
+    """One kind of model's curves: colour per seed (per method for the methods), line style per target where
+    there are few targets; thin, translucent lines when there are many."""
+    key = "method" if role == "unlearned" else "seed"
+    colours = _colours(sorted(pd.unique(rows[key])))
+    targets = list(pd.unique(rows["target"]))
+    styles = {t: LINE_STYLES[k] if len(targets) <= len(LINE_STYLES) else "-" for k, t in enumerate(targets)}
+    many = rows["curve"].nunique() > MAX_LEGEND
+    for _, curve in rows.groupby("curve", sort=False):
+        first = curve.iloc[0]
+        colour = colours[first[key]]
+        for axis, (series, _) in zip(axes, CURVE_SERIES, strict=True):
+            axis.plot(curve["epoch"], curve[series], color=colour, linestyle=styles[first["target"]],
+                      linewidth=0.7 if many else 1.2, alpha=0.55 if many else 0.9)
+            marked = _stranded(curve[series].to_numpy(dtype=float))
+            axis.plot(curve["epoch"][marked], curve[series][marked], "x", color=colour, markersize=5)
+    for axis, (series, title) in zip(axes, CURVE_SERIES, strict=True):
+        _curve_axis(axis, rows, series, title)
+    handles = _curve_legend(colours, styles, CURVE_ROWS[role][1])
+    if handles:
+        axes[-1].legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7, frameon=False)
+
+
+def _stranded(values: np.ndarray) -> np.ndarray:
+    """The points a line does not show or that end in a gap: finite values with no finite neighbour, and the last
+    finite value before missing ones at the end (where a model diverged)."""
+    finite = np.isfinite(values)
+    before = np.r_[False, finite[:-1]]
+    after = np.r_[finite[1:], False]
+    marked = finite & ~before & ~after
+    if len(values) and finite.any() and not finite[-1]:
+        marked[np.flatnonzero(finite)[-1]] = True
+    return marked
+
+
+def _colours(keys: list) -> dict:
+    """A colour per key: the qualitative cycle for few keys, a sequential map (seed order) for many."""
+    if len(keys) <= MAX_LEGEND:
+        return {key: f"C{k}" for k, key in enumerate(keys)}
+    shades = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.92, len(keys)))
+    return dict(zip(keys, shades, strict=True))
+
+
+def _curve_axis(axis, rows: pd.DataFrame, series: str, title: str) -> None:
+    """Scale and title of one panel: a log loss axis where the losses are positive and span `LOG_SPREAD`, accuracy
+    on [0, 1] where it lies there, and how many curves have missing values."""
+    values = rows[series].dropna()
+    if series == "loss" and len(values) and values.min() > 0 and values.max() >= LOG_SPREAD * values.min():
+        axis.set_yscale("log")
+    if series == "train_acc" and len(values) and values.min() >= 0 and values.max() <= 1:
+        axis.set_ylim(-0.02, 1.02)
+    gaps = int(rows.groupby("curve")[series].apply(lambda s: s.isna().any()).sum())
+    axis.set_title(f"{title}{f' ({gaps} with missing values)' if gaps else ''}", fontsize=9)
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.tick_params(labelsize=7)
+
+
+def _curve_legend(colours: dict, styles: dict, prefix: str) -> list:
+    """Handles for the colours (where many, the two ends of the sequential map) and the targets' line styles
+    (where more than one)."""
+    labels = {key: f"{prefix}{key}" for key in colours}
+    if len(colours) > MAX_LEGEND:
+        first, *_, last = colours
+        labels = {first: labels[first], last: f"… {labels[last]}"}
+    handles = [Line2D([], [], color=colours[key], label=text) for key, text in labels.items()]
+    if 1 < len(styles) <= len(LINE_STYLES):
+        handles += [Line2D([], [], color="black", linestyle=style, label=f"target {target}")
+                    for target, style in styles.items()]
+    return handles
+
+
 def draw(study: Study, folder: Path) -> tuple[list[Path], list[str]]:
     """Every figure into `folder`; (paths, problems). PNG files of an earlier build that this one did not redraw are
     removed at the end: until then (and when a figure cannot be written) the earlier ones stay whole."""
     make_folder(folder)
     paths, problems = [], []
-    kinds = (seed_study, designs, wasserstein, variance, ranks, forget_quality, trajectories) \
-        if study.has_seed_spread else (trajectories,)
+    kinds = (seed_study, designs, wasserstein, variance, ranks, forget_quality, trajectories, curves) \
+        if study.has_seed_spread else (trajectories, curves)
     for kind in kinds:
         try:
             paths += kind(study, folder)

@@ -17,6 +17,7 @@ from unlearnbench.data.base import Subset
 from unlearnbench.data.transforms import Normalizer
 from unlearnbench.runtime.cache import Entry, ModelCache, cache_key, tensor_digest
 from unlearnbench.runtime.monitor import Cost, CostMonitor
+from unlearnbench.runtime.progress import training
 from unlearnbench.runtime.seeding import global_seed, streams
 from unlearnbench.runtime.train import train_recipe
 
@@ -31,6 +32,7 @@ class Trained:
     state: dict[str, Tensor]
     cost: Cost
     cache: dict
+    curve: dict | None = None  # per epoch: epoch, loss, train_acc, lr (kept with the cached model; progress.py)
 
 
 def full_state_dict(fabric: Fabric, model: nn.Module) -> dict[str, Tensor]:
@@ -101,11 +103,12 @@ class ModelStore:
     def parameters_of(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
         return {name: state[name] for name in self.parameter_names}
 
-    def trained(self, subset: Subset, stage: str, seed: int) -> Trained:
+    def trained(self, subset: Subset, stage: str, seed: int, title: str | None = None) -> Trained:
         """The model trained from scratch on `subset` with the recipe and `seed`, from the cache when it is there.
 
         `stage` ('original' or 'retrained') names the seed stream: M_o draws from the training seed, M_r from the
-        unlearning seed.
+        unlearning seed. `title` names the training in the job's log (one line per epoch); its curve is kept in the
+        cache entry's metadata, so that a model from the cache still has it.
         """
         indices = torch.sort(subset.indices.cpu()).values
         key = cache_key({**self.identity, "pool": subset.pool, "indices": tensor_digest(indices),
@@ -114,17 +117,18 @@ class ModelStore:
         def train() -> tuple[dict[str, Tensor], dict]:
             rng = streams(stage, seed)
             model = self.new(rng.seed)
-            with self.monitor.measure() as cost:
+            with self.monitor.measure() as cost, training(title or f"{stage} model") as run:
                 model, accuracy = train_recipe(self.fabric, model, subset, self.recipe, self.normalizer, rng.torch)
             meta = {**cost.as_dict(), "train_s": cost.time_s, "final_train_acc": accuracy, "stage": stage,
-                    "seed": seed, "samples": len(subset)}
+                    "seed": seed, "samples": len(subset), "curve": run.curve}
             return full_state_dict(self.fabric, model), meta
 
         entry = self.cache.get_or_build(key, train, group=self.group, accept=self.fits)
         meta = entry.meta
         cost = Cost(meta.get("time_s"), meta.get("memory_gib"), meta.get("utilisation_pct"))
         module = self.fabric.setup_module(self.load(entry.state))
-        return Trained(module, entry.state, cost, {"key": key, "hit": entry.hit, "train_s": meta.get("train_s")})
+        return Trained(module, entry.state, cost, {"key": key, "hit": entry.hit, "train_s": meta.get("train_s")},
+                       meta.get("curve"))
 
     @property
     def group(self) -> Fabric | None:

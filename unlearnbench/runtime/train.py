@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from unlearnbench.data.base import Subset
 from unlearnbench.data.transforms import Normalizer, augment, to_unit
+from unlearnbench.runtime.progress import EpochMeter
 
 
 def batch_count(n: int, batch_size: int, world_size: int, training: bool = True) -> int:
@@ -97,26 +98,24 @@ def cross_entropy_epochs(fabric: Fabric, model: nn.Module, optimizer: torch.opti
                          regulariser: Callable[[int], Tensor] | None = None) -> float:
     """Minimise cross-entropy for `epochs` epochs (model and optimizer already set up by Fabric).
 
-    `regulariser(step)`, if given, is added to the loss. Returns the accuracy of the last epoch's training batches
-    on this rank (kept on the device until the end, so there is no synchronisation per step).
+    `regulariser(step)`, if given, is added to the loss. Each epoch's loss, accuracy and learning rate go to the
+    training run being watched (`progress.training`). Returns the accuracy of the last epoch's training batches.
     """
     model.train()
-    correct = torch.zeros((), device=fabric.device)
-    seen = 0
+    meter = EpochMeter(fabric, epochs, len(batches))
     step = 0
-    for epoch in range(epochs):
-        last = epoch == epochs - 1
-        for inputs, labels in batches:
-            logits = float_logits(model(inputs))
-            loss = F.cross_entropy(logits, labels)
-            if regulariser is not None:
-                loss = loss + regulariser(step)
-            descend(fabric, optimizer, loss, scheduler)
-            step += 1
-            if last:
-                correct += (logits.detach().argmax(1) == labels).sum()
-                seen += labels.numel()
-    return float(correct) / max(seen, 1)
+    with meter:
+        for _ in range(epochs):
+            for inputs, labels in batches:
+                logits = float_logits(model(inputs))
+                loss = F.cross_entropy(logits, labels)
+                if regulariser is not None:
+                    loss = loss + regulariser(step)
+                meter.batch(loss, logits, labels, optimizer)
+                descend(fabric, optimizer, loss, scheduler)
+                step += 1
+            meter.end_epoch()
+    return meter.accuracy
 
 
 def recipe_schedule(optimizer: torch.optim.Optimizer, steps_per_epoch: int, warmup_epochs: float,

@@ -1,0 +1,176 @@
+"""`hydra/launcher=local`: several jobs of a sweep at once on one machine, each in a worker process of joblib's loky
+pool.
+
+Why loky and not submitit's local executor: loky keeps its workers for the whole sweep, so a worker imports torch
+and Lightning once (7–8 s) and then runs job after job, as the basic launcher's one process does, while submitit
+starts a new Python process for every job: on digits jobs of a few seconds that start-up would cost more than the
+parallelism wins (README, "Launchers", has the measurement).
+
+Placement. With GPUs, `workers` defaults to one per GPU (`jobs_per_gpu` per GPU for small jobs; a job of
+`strategy.devices=d` gets d GPUs), and each worker sees only its own GPUs: CUDA_VISIBLE_DEVICES is set in the
+worker, before CUDA starts there, from the slot the worker holds for its lifetime (a lock file in the sweep folder,
+released by the operating system when the worker ends). Without GPUs (or with `runtime.accelerator=cpu`) it is cores
+÷ `runtime.threads` workers, with `runtime.threads` set to 1 in jobs that leave it unset; in general a job that
+leaves it unset gets cores ÷ workers threads, so the workers never oversubscribe the cores.
+
+What holds whatever the launcher: the report is built once, at the end, from the files on disk (the callback); a
+model that several jobs need is trained once (the cache's lock: the others wait, then read it); a job's records are
+those of the basic launcher at the same `runtime.threads`; Ctrl-C (or SIGTERM) ends every worker and a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+log = logging.getLogger(__name__)
+
+SLOTS = ".workers"  # in the sweep folder: one lock file per worker slot
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the sweep's jobs run: how many at once, the GPUs each worker slot sees, and the jobs' default threads."""
+
+    workers: int
+    gpu_groups: tuple[str, ...]  # per GPU slot group, its CUDA_VISIBLE_DEVICES value; empty without GPUs
+    jobs_per_gpu: int
+    threads: int  # runtime.threads for jobs that leave it unset
+    folder: str  # the slots' lock files
+
+    def devices(self, slot: int) -> str | None:
+        return self.gpu_groups[(slot // self.jobs_per_gpu) % len(self.gpu_groups)] if self.gpu_groups else None
+
+    def describe(self) -> str:
+        if not self.gpu_groups:
+            return f"{self.workers} at once on the CPU, {self.threads} thread(s) each"
+        return f"{self.workers} at once on GPU(s) {', '.join(self.gpu_groups)}, {self.jobs_per_gpu} per GPU"
+
+
+def visible_gpus(accelerator: str) -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (none for runtime.accelerator=cpu)."""
+    if accelerator in ("cpu", "mps", "tpu"):
+        return []
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = [name.strip() for name in given.split(",") if name.strip()] if given else [str(i) for i in range(count)]
+    return names[:count]
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def place(workers: int | None, jobs_per_gpu: int, config: DictConfig, folder: Path) -> Placement:
+    """The placement the sweep's config asks for on this machine (module docstring)."""
+    runtime = config.runtime
+    gpus = visible_gpus(str(runtime.accelerator))
+    per_job = int(OmegaConf.select(config, "strategy.devices", default=1) or 1)
+    groups = tuple(",".join(gpus[i:i + per_job]) for i in range(0, len(gpus) - per_job + 1, per_job))
+    if groups:
+        count = workers or len(groups) * (jobs_per_gpu if per_job == 1 else 1)
+    else:
+        count = workers or max(1, cores() // (runtime.threads or 1))
+    threads = runtime.threads or max(1, cores() // count)
+    return Placement(count, groups, jobs_per_gpu if per_job == 1 else 1, threads, str(folder / SLOTS))
+
+
+_slot: tuple[int, Any] | None = None  # this worker's slot and the open lock file that holds it
+
+
+def take_slot(placement: Placement) -> int:
+    """This worker's slot (the first free one; kept for the worker's lifetime), its GPUs made the only visible ones
+    before CUDA starts in this process."""
+    global _slot
+    if _slot is None:
+        folder = Path(placement.folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for slot in range(placement.workers):
+            handle = open(folder / f"slot-{slot}.lock", "a")  # noqa: SIM115 (held open: the lock is the slot)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.close()
+                continue
+            _slot = (slot, handle)
+            break
+        else:  # every slot held (workers of an earlier, still running sweep into this folder?): share one
+            _slot = (os.getpid() % placement.workers, None)
+        devices = placement.devices(_slot[0])
+        if devices is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = devices
+    return _slot[0]
+
+
+def run_in_worker(index: int, overrides: list[str], hydra_context: HydraContext, config: DictConfig,
+                  task_function: TaskFunction, singleton_state: dict, placement: Placement) -> tuple[int, JobReturn]:
+    """One job in a worker process, composed as Hydra composes it in its own launchers."""
+    import unlearnbench.config  # noqa: F401 (the resolvers the job's config uses)
+    from unlearnbench.runtime import progress
+
+    progress.settings.tag = f"job {index}: "  # its lines interleave with the other workers' on the console
+
+    setup_globals()
+    Singleton.set_state(singleton_state)
+    take_slot(placement)
+    job_config = hydra_context.config_loader.load_sweep_config(config, overrides)
+    with open_dict(job_config):
+        job_config.hydra.job.id = f"{job_config.hydra.job.name}_{index}"
+        job_config.hydra.job.num = index
+        if OmegaConf.select(job_config, "runtime.threads") is None:
+            job_config.runtime.threads = placement.threads
+    HydraConfig.instance().set_config(job_config)
+    return index, run_job(hydra_context=hydra_context, config=job_config, task_function=task_function,
+                          job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+
+
+class LocalLauncher(Launcher):
+    def __init__(self, workers: int | None = None, jobs_per_gpu: int = 1) -> None:
+        for name, value in (("workers", workers), ("jobs_per_gpu", jobs_per_gpu)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise SystemExit(f"unlearnbench: hydra.launcher.{name} must be a whole number of at least 1"
+                                 + (" (or null: one per GPU, else cores ÷ runtime.threads)" if name == "workers"
+                                    else "") + f", got {value!r}")
+        self.workers, self.jobs_per_gpu = workers, jobs_per_gpu
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.task_function: TaskFunction | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from joblib import Parallel, delayed
+
+        from unlearnbench.runtime import progress
+
+        sweep = Path(str(self.config.hydra.sweep.dir))
+        sweep.mkdir(parents=True, exist_ok=True)
+        placement = place(self.workers, self.jobs_per_gpu, self.config, sweep)
+        workers = min(placement.workers, len(job_overrides)) or 1
+        log.info("local: %d job(s), %s, into %s", len(job_overrides), placement.describe(), sweep)
+        state = Singleton.get_state()
+        calls = (delayed(run_in_worker)(initial_job_idx + i, list(overrides), self.hydra_context, self.config,
+                                        self.task_function, state, placement)
+                 for i, overrides in enumerate(job_overrides))
+        progress.launcher_reports = True
+        returns: list[JobReturn | None] = [None] * len(job_overrides)
+        for index, returned in Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered")(calls):
+            returns[index - initial_job_idx] = returned
+            progress.job_finished(returned._return_value if returned.status == JobStatus.COMPLETED else None,
+                                  by_launcher=True)
+        return returns

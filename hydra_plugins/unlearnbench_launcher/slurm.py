@@ -1,0 +1,113 @@
+"""`hydra/launcher=slurm`: Hydra's submitit launcher, with a job that SLURM ends as one failed job of the sweep.
+
+Jobs never raise (errors go into `result.json`), but SLURM can end a job from outside: `scancel`, its time limit,
+the out-of-memory killer, a node failure. submitit then raises `UncompletedJobError` on the submitting host, and
+Hydra's launcher would let that one job abort the whole sweep with a traceback and no report. Here each such job
+gets a `result.json` of status `failed` that names the SLURM job and its final state, the other jobs' results are
+collected as usual, and the report covers them all (the console script exits 1 and names the failed job).
+
+Preemption needs nothing special: a requeued job starts again from the top, skips nothing it had not finished
+(`result.json` is written last, whole) and reuses every model it had already published to the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
+from omegaconf import DictConfig, open_dict
+
+log = logging.getLogger(__name__)
+POLL_S = 2.0  # how often the submitting host looks for finished jobs (submitit rate-limits its sacct calls itself)
+
+KILLED = ("the job was cancelled, exceeded its time limit or memory, or its node failed; its log: {log} (rerun the "
+          "same command to resume: finished jobs are skipped)")
+
+
+def first_task_failure(stderr: Path) -> str | None:
+    """srun's own line on the first of the job's tasks that ended badly ("srun: error: node1: task 1: Killed"; task
+    k is rank k; the later ones were killed for it), from the job's log: which rank of a multi-task job died, and
+    how."""
+    try:
+        lines = Path(stderr).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    return next((line.strip() for line in lines if re.match(r"srun: error: .*tasks? [0-9,-]+: ", line)), None)
+
+
+class SlurmLauncher(SubmititSlurmLauncher):
+    """submitit's SLURM launcher whose `launch` collects every job, a killed one as a failed result."""
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        import submitit
+        import submitit.helpers
+
+        from unlearnbench.runtime import progress
+
+        executor = self.executor()
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        numbers = range(initial_job_idx, initial_job_idx + len(job_overrides))
+        arguments = [(list(overrides), "hydra.sweep.dir", num, f"job_id_for_{num}", Singleton.get_state())
+                     for num, overrides in zip(numbers, job_overrides, strict=True)]
+        log.info("SLURM: %d job(s) as one array into %s", len(arguments), self.config.hydra.sweep.dir)
+        jobs = executor.map_array(self, *zip(*arguments, strict=True))
+        position = {job.job_id: i for i, job in enumerate(jobs)}
+        progress.launcher_reports = True
+        returns: list[JobReturn | None] = [None] * len(jobs)
+        for job in submitit.helpers.as_completed(jobs, poll_frequency=POLL_S):  # the sweep's count as jobs end
+            overrides, _, num, *_ = arguments[position[job.job_id]]
+            try:
+                returned = job.results()[0]
+            except submitit.core.utils.UncompletedJobError:
+                returned = self.killed(job, overrides, num)
+            returns[position[job.job_id]] = returned
+            progress.job_finished(returned._return_value if returned.status == JobStatus.COMPLETED else None,
+                                  by_launcher=True)
+        return returns
+
+    def executor(self):
+        """submitit's executor with this launcher's parameters (the names as submitit spells them)."""
+        import submitit
+        from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+        from omegaconf import OmegaConf
+
+        params = dict(self.params)
+        executor = submitit.AutoExecutor(folder=params.pop("submitit_folder"), cluster="slurm",
+                                         slurm_max_num_timeout=params.pop("max_num_timeout"))
+        shared = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(**{key if key in shared else f"slurm_{key}": value
+                                      for key, value in params.items()})
+        # A task that dies (killed, segfault) ends the job's other tasks at once, instead of leaving them waiting in
+        # a collective until strategy.timeout_s; the job is then one failed job that names the task.
+        executor.update_parameters(slurm_srun_args=["--kill-on-bad-exit=1"])
+        return executor
+
+    def killed(self, job: Any, overrides: list[str], num: int) -> JobReturn:
+        """Record a job that SLURM ended before it wrote a result: `result.json` of status failed in its folder
+        (unless the job did write one), returned as the job's result."""
+        from unlearnbench.job import failed_result, publish, read_result
+
+        config = self.job_config(overrides, num, job.job_id)
+        folder = Path(config.hydra.sweep.dir) / str(config.hydra.sweep.subdir)
+        result = read_result(folder / "result.json")
+        if result is None:
+            task = first_task_failure(job.paths.stderr)
+            error = (f"SLURM job {job.job_id} ended {job.state}: " + (f"{task}; " if task else "")
+                     + KILLED.format(log=job.paths.stdout))
+            result = failed_result(config, error)
+            publish(folder / "result.json", result)
+        return JobReturn(overrides=overrides, cfg=config, working_dir=str(folder), task_name=config.hydra.job.name,
+                         status=JobStatus.COMPLETED, _return_value=result)
+
+    def job_config(self, overrides: list[str], num: int, job_id: str) -> DictConfig:
+        """The job's config as its own process composed it (its folder name included)."""
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(config.hydra.job) as job:
+            job.id, job.num = job_id, num
+        return config
