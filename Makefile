@@ -28,6 +28,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_foltr.py
 	$(BIN)/python benchmarks/bench_decode.py
 	$(BIN)/python benchmarks/bench_throughput.py
+	$(BIN)/python benchmarks/bench_launcher.py
 
 readme-table: install  # rerun the demo from an empty cache and rewrite README.md's table, naming this machine
 	$(BIN)/python scripts/readme_demo_table.py

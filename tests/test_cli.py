@@ -124,6 +124,10 @@ def test_ddp_spawn_evaluates_exactly_like_one_process(tmp_path):
     (one,), (trained,) = results(tmp_path / "single").values(), results(tmp_path / "spawn").values()
     assert trained["job"]["devices"] == 2 and trained["numerics"]["world_size"] == 2
     assert not trained["cache"]["original"]["hit"]  # the same cache, but not one rank's model
+    (log_file,) = (tmp_path / "spawn").glob("*/unlearnbench.log")  # the spawned rank 0 logs into the job's log
+    logged = log_file.read_text()
+    assert "original model (training seed 0): epoch 1/" in logged and "evaluation of retrain: done in" in logged
+    assert [c["model"] for c in trained["curves"]] == ["original", "retrained"]  # `retrain` trains nothing itself
     for role in ("original", "retrained"):
         for split in ("retain_test", "retain_train"):
             a = values(one, role=role, metric="acc", split=split)[0]

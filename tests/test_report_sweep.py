@@ -322,7 +322,8 @@ def test_real_sweep_report_files_and_statistics(real):
     text = (report / "report.md").read_text()
     assert "fewer than 10 training seeds (I = 3)" in text and "## Failed jobs (0)" in text
     figures = sorted((report / "figures").glob("*.png"))
-    assert {p.name.split("_")[0] for p in figures} == {"designs", "wasserstein", "variance", "seed", "ranks", "forget"}
+    assert {p.name.split("_")[0] for p in figures} == {"designs", "wasserstein", "variance", "seed", "ranks", "forget",
+                                                       "curves"}
     for path in figures:
         assert path.read_bytes().startswith(PNG) and path.stat().st_size > 5000
 

@@ -103,6 +103,12 @@ class Outcome:
         finally:
             self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - start
 
+    @contextmanager
+    def stage(self, title: str, timing: str) -> Iterator[progress.Stage]:
+        """A stage of the job: timed into `timings[timing]`, with a line in the log when it starts and ends."""
+        with self.timed(timing), progress.stage(title) as current:
+            yield current
+
     @classmethod
     def begin(cls, fabric: Fabric, plan: JobPlan) -> Outcome:
         """An outcome whose first timing is the start-up (from the process start or the previous job's end), with
@@ -253,11 +259,8 @@ class Workbench:
         if cfg.evaluation.examples:
             outcome.examples = ExampleTable(cfg.evaluation.examples_per_split, outcome.dataset["fingerprint"])
 
-    @contextmanager
-    def stage(self, title: str, timing: str) -> Iterator[progress.Stage]:
-        """A stage of the job: timed into `timings[timing]`, with a line in the log when it starts and ends."""
-        with self.outcome.timed(timing), progress.stage(title) as current:
-            yield current
+    def stage(self, title: str, timing: str):
+        return self.outcome.stage(title, timing)
 
     def keep_curve(self, model: str, seed: int, curve: dict | None, target: str | None = None,
                    method: str | None = None, cached: bool = False) -> None:

@@ -26,6 +26,7 @@ from unlearnbench.ltr.federation import ModelPoisoning, Rounds, Simulator, Train
 from unlearnbench.ltr.methods.base import FederatedTask
 from unlearnbench.ltr.pdgd import Ndcg, click_model
 from unlearnbench.metrics.scoring import finite
+from unlearnbench.runtime import progress
 from unlearnbench.runtime.cache import ModelCache, cache_key
 from unlearnbench.runtime.monitor import CostMonitor
 
@@ -66,8 +67,9 @@ def trained_federation(cache: ModelCache, data: LetorData, scenario: ModelPoison
         meta = {"train_s": time.perf_counter() - start, "seed": seed}
         return {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in state.as_arrays().items()}, meta
 
-    with outcome.timed("original"):
+    with outcome.stage(f"original federation (training seed {seed})", "original") as training:
         entry = cache.get_or_build(key, train)
+        training.note("from the cache" if entry.hit else f"trained, {scenario.rounds} rounds")
     outcome.cache["original"] = {"key": key, "hit": entry.hit, "train_s": entry.meta.get("train_s")}
     trained = TrainedFederation(**{name: tensor.numpy() for name, tensor in entry.state.items()})
     scored = finite_rounds(trained.globals)
@@ -87,8 +89,9 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
     """The job's work (one process: NumPy, no accelerator); errors are caught and reported."""
     outcome = Outcome.begin(fabric, plan)
     config, seeds = plan.config, plan.config["seeds"]
+    progress.configure(config["runtime"]["progress"], rank_zero=True)
     with outcome.capture():
-        with outcome.timed("load_data"):
+        with outcome.stage(f"loading {config['dataset']['name']}", "load_data"):
             data = build(config["dataset"], "dataset").load()
         scenario = build(config["scenario"], "scenario")
         model = {k: v for k, v in config["model"].items() if k != "_target_"}
@@ -100,7 +103,7 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                                      seeds["train"], outcome)
         ndcg = Ndcg(data.test.features, data.test.labels)
         target = scenario.target
-        with outcome.timed("evaluation:original"):
+        with outcome.stage("evaluation of the original federation", "evaluation:original"):
             curve(outcome, target, None, "original", ndcg.curve(trained.globals), 0)
         outcome.add(target, None, "original", {("online_ndcg", None): discounted(trained.online),
                                                ("time_s", None): outcome.cache["original"]["train_s"]})
@@ -109,9 +112,9 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
         monitor = CostMonitor(torch.device("cpu"))
         for method in methods:
             with outcome.isolated(target, method.name):
-                with outcome.timed(f"method:{method.name}"), monitor.measure() as cost:
+                with outcome.stage(method.name, f"method:{method.name}"), monitor.measure() as cost:
                     rounds = method.unlearn(trained, task)
-                with outcome.timed(f"evaluation:{method.name}"):
+                with outcome.stage(f"evaluation of {method.name}", f"evaluation:{method.name}"):
                     score_method(outcome, target, method.name, trained, rounds, ndcg,
                                  cost_scores(method.cost(cost, task)))
     return outcome
