@@ -75,7 +75,7 @@ def main() -> None:
         if args.out.exists():
             shutil.rmtree(args.out)  # a fresh study: jobs of another design must not mix in
         command = [str(Path(sys.executable).parent / "unlearnbench"), "experiment=forget_quality",
-                   f"hydra.sweep.dir={args.out}", *overrides]
+                   f"hydra.sweep.dir={args.out}", "hydra/launcher=local", *overrides]
         print("$", " ".join(command[1:]), flush=True)
         start = time.perf_counter()
         subprocess.run(command, check=True)

@@ -27,7 +27,7 @@ METHODS = ["retrain", "finetune", "random_labels", "unsir", "bad_teacher", "ssd"
 
 def sweep(folder: Path, seeds: list[str], methods: list[str], overrides: list[str]) -> None:
     command = [str(Path(sys.executable).parent / "unlearnbench"), f"methods=[{','.join(methods)}]", *seeds,
-               f"hydra.sweep.dir={folder}", "runtime.print_table=false", *overrides]
+               f"hydra.sweep.dir={folder}", "runtime.print_table=false", "hydra/launcher=local", *overrides]
     print("$", " ".join(command[1:]), flush=True)
     subprocess.run(command, check=True)
 

@@ -234,3 +234,16 @@ def test_runtime_progress_false_keeps_the_console_quiet_and_the_log_whole(tmp_pa
     assert "original model (training seed 0): done in" in run.stdout + run.stderr  # stage lines stay
     result = json.loads(next((tmp_path / "sweep").glob("*/result.json")).read_text())
     assert [c["model"] for c in result["curves"]] == ["original", "retrained", "unlearned"]
+
+
+def test_hydras_plugin_scan_loads_the_launcher_modules():
+    """Hydra executes every module under `hydra_plugins` it can list (a regular install, or the repository as the
+    working folder) outside `sys.modules`: a module that cannot load so breaks every Hydra process, a submitit job's
+    included."""
+    script = ("import warnings; warnings.simplefilter('error'); from hydra.core.plugins import Plugins; "
+              "from hydra.plugins.launcher import Launcher; "
+              "names = {p.__name__ for p in Plugins.instance().discover(Launcher)}; "
+              "assert {'LocalLauncher', 'SlurmLauncher'} <= names, names; print('scanned')")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=TESTS.parent,
+                         timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "scanned", run.stderr

@@ -24,9 +24,8 @@ import fcntl
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
@@ -40,8 +39,7 @@ log = logging.getLogger(__name__)
 SLOTS = ".workers"  # in the sweep folder: one lock file per worker slot
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(NamedTuple):  # not a dataclass: Hydra's plugin scan executes this module outside sys.modules
     """Where the sweep's jobs run: how many at once, the GPUs each worker slot sees, and the jobs' default threads."""
 
     workers: int
