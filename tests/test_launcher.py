@@ -55,6 +55,12 @@ def test_local_records_equal_the_basic_launchers_at_the_same_threads(sweeps):
         assert two[seeds]["curves"] == one[seeds]["curves"]
 
 
+def test_the_basic_launcher_counts_its_jobs_too(sweeps):
+    _, basic, _, _ = sweeps
+    counts = [line for line in basic.stdout.splitlines() if line.startswith("[") and " done" in line]
+    assert len(counts) == 2 and counts[0].startswith("[1/2 done, ETA ") and counts[1] == "[2/2 done]"
+
+
 def test_local_runs_its_workers_side_by_side_and_reports_once(sweeps):
     root, _, parallel, _ = sweeps
     output = parallel.stdout + parallel.stderr

@@ -23,6 +23,8 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import signal
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -115,11 +117,15 @@ def take_slot(placement: Placement) -> int:
 
 
 def run_in_worker(index: int, overrides: list[str], hydra_context: HydraContext, config: DictConfig,
-                  task_function: TaskFunction, singleton_state: dict, placement: Placement) -> tuple[int, JobReturn]:
-    """One job in a worker process, composed as Hydra composes it in its own launchers."""
+                  task_function: TaskFunction, singleton_state: dict, placement: Placement,
+                  pooled: bool = True) -> tuple[int, JobReturn]:
+    """One job in a worker process (`pooled`; with one worker joblib runs it in this process), composed as Hydra
+    composes it in its own launchers."""
     import unlearnbench.config  # noqa: F401 (the resolvers the job's config uses)
     from unlearnbench.runtime import progress
 
+    if pooled:  # a terminal's Ctrl-C reaches the workers too: the launching process alone stops them, all at once
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     progress.settings.tag = f"job {index}: "  # its lines interleave with the other workers' on the console
 
     setup_globals()
@@ -163,12 +169,19 @@ class LocalLauncher(Launcher):
         log.info("local: %d job(s), %s, into %s", len(job_overrides), placement.describe(), sweep)
         state = Singleton.get_state()
         calls = (delayed(run_in_worker)(initial_job_idx + i, list(overrides), self.hydra_context, self.config,
-                                        self.task_function, state, placement)
+                                        self.task_function, state, placement, workers > 1)
                  for i, overrides in enumerate(job_overrides))
         progress.launcher_reports = True
         returns: list[JobReturn | None] = [None] * len(job_overrides)
-        for index, returned in Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered")(calls):
-            returns[index - initial_job_idx] = returned
-            progress.job_finished(returned._return_value if returned.status == JobStatus.COMPLETED else None,
-                                  by_launcher=True)
+        finished = Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered")(calls)
+        try:
+            for index, returned in finished:
+                returns[index - initial_job_idx] = returned
+                progress.job_finished(returned._return_value if returned.status == JobStatus.COMPLETED else None,
+                                      by_launcher=True)
+        except BaseException:  # Ctrl-C or SIGTERM between two results: end the pool's work and workers now
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                finished.close()
+            raise
         return returns
