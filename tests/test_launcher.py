@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,7 +58,7 @@ def test_local_records_equal_the_basic_launchers_at_the_same_threads(sweeps):
 
 def test_the_basic_launcher_counts_its_jobs_too(sweeps):
     _, basic, _, _ = sweeps
-    counts = [line for line in basic.stdout.splitlines() if line.startswith("[") and " done" in line]
+    counts = [line for line in basic.stdout.splitlines() if re.match(r"\[\d+/\d+ done", line)]
     assert len(counts) == 2 and counts[0].startswith("[1/2 done, ETA ") and counts[1] == "[2/2 done]"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -118,7 +119,7 @@ def test_a_seed_sweep_runs_as_one_array_with_the_local_launchers_records(cluster
     tasks = [p.name for p in (tmp_path / "slurm" / ".submitit").glob("[0-9]*_[0-9]*")]
     assert len(tasks) == 4 and len({task.split("_")[0] for task in tasks}) == 1, tasks
     # the submitting side counts the jobs as SLURM finishes them
-    counts = [line for line in on_slurm.stdout.splitlines() if line.startswith("[") and " done" in line]
+    counts = [line for line in on_slurm.stdout.splitlines() if re.match(r"\[\d+/\d+ done", line)]
     assert [line.split("/")[0] for line in counts] == ["[1", "[2", "[3", "[4"] and counts[-1] == "[4/4 done]"
     # the report is built once, on the submitting side, after the last job
     report = tmp_path / "slurm" / "report" / "report.md"
