@@ -170,3 +170,17 @@ def test_a_job_without_method_reads_each_method_config_as_hydra_composes_it(over
             assert OmegaConf.to_container(fast) == OmegaConf.to_container(composed), name
             if target_of(OmegaConf.to_container(fast), "method").task == cfg.task.name:
                 assert OmegaConf.to_container(fast, resolve=True) == OmegaConf.to_container(composed, resolve=True)
+
+
+def test_a_target_in_a_package_python_cannot_find_says_how_to_make_it_importable(tmp_path, monkeypatch):
+    from unlearnbench.components import build
+    from unlearnbench.errors import UserError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError) as raised:
+        build({"_target_": "mypkg_not_installed.noisy.NoisyFineTune", "name": "noisy"}, "method")
+    message = str(raised.value)
+    assert message.startswith("method noisy: cannot import _target_ mypkg_not_installed.noisy.NoisyFineTune: ")
+    assert "pip install -e DIR" in message and "PYTHONPATH=." in message and str(tmp_path) in message
+    with pytest.raises(UserError, match=r"cannot import _target_ unlearnbench\.methods\.finetune\.Missing "):
+        build({"_target_": "unlearnbench.methods.finetune.Missing", "name": "missing"}, "method")

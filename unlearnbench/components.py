@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from unlearnbench.errors import UserError
@@ -28,7 +29,7 @@ def locate(path: str) -> Any:
         for attribute in parts[cut:]:
             obj = getattr(obj, attribute)
         return obj
-    raise ModuleNotFoundError(f"no module in {path}")
+    raise ModuleNotFoundError(f"no module named {parts[0]!r}", name=parts[0])
 
 
 def target_of(cfg: Mapping[str, Any], kind: str) -> Any:
@@ -37,6 +38,14 @@ def target_of(cfg: Mapping[str, Any], kind: str) -> Any:
         raise UserError(f"{kind} config {dict(cfg)} has no _target_ (the class or function that builds it)")
     try:
         return locate(path)
+    except ModuleNotFoundError as error:
+        if error.name != path.split(".")[0]:
+            raise UserError(f"{kind} {cfg.get('name', '')}: cannot import _target_ {path} ({error})") from None
+        raise UserError(f"{kind} {cfg.get('name', '')}: cannot import _target_ {path}: Python finds no package "
+                        f"{error.name!r} among the installed packages and PYTHONPATH (the current folder, "
+                        f"{Path.cwd()}, is not searched); install it (pip install -e DIR, DIR holding its "
+                        f"pyproject.toml) or put the folder that holds {error.name}/ on PYTHONPATH (PYTHONPATH=. "
+                        f"when that is the current folder)") from None
     except (ImportError, AttributeError) as error:
         raise UserError(f"{kind} {cfg.get('name', '')}: cannot import _target_ {path} ({error})") from None
 
