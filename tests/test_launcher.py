@@ -67,6 +67,8 @@ def test_local_runs_its_workers_side_by_side_and_reports_once(sweeps):
     output = parallel.stdout + parallel.stderr
     assert "local: 2 job(s), 2 at once on the CPU, 1 thread(s) each" in output
     assert sorted(p.name for p in (root / "local" / local.SLOTS).iterdir()) == ["slot-0.lock", "slot-1.lock"]
+    first, second = by_seeds(root / "local").values()  # the two jobs ran at the same time
+    assert first["started"] <= second["finished"] and second["started"] <= first["finished"]
     lines = {line.split(": ", 1)[0].rsplit("] ", 1)[-1] for line in output.splitlines() if "] job " in line}
     assert lines == {"job 0", "job 1"}  # each worker's lines carry its job's number
     assert parallel.stdout.count("report: started") == 1 and parallel.stdout.count("report: done in") == 1

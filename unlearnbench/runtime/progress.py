@@ -126,7 +126,7 @@ class EpochMeter:
     step); with several ranks they are summed over the ranks first, so the curve is the global batch's."""
 
     def __init__(self, fabric, epochs: int, steps_per_epoch: int) -> None:
-        self.fabric, self.epochs, self.steps = fabric, epochs, steps_per_epoch
+        self.fabric = fabric
         self.run = _watched
         self.last_epoch = (len(self.run.curve["epoch"]) if self.run else 0) + epochs  # the run's, at this loop's end
         self.bar = LiveBar(self.run.title, epochs * steps_per_epoch) if self.run and self.live_bar() else None
