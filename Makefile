@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install demo test lint bench readme-table study forget-quality clean
+.PHONY: install demo test lint docs bench readme-table study forget-quality clean
 
 install: $(VENV)/.installed
 
@@ -23,6 +23,9 @@ test: install  # one worker per core (pytest-xdist), each test file on one worke
 lint: install
 	$(BIN)/ruff check unlearnbench conf tests benchmarks scripts hydra_plugins
 
+docs: install  # the documentation site into site/; --strict: a broken link, anchor or include, or a page outside the nav, fails
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 bench: install
 	$(BIN)/python benchmarks/bench_demo.py
 	$(BIN)/python benchmarks/bench_foltr.py
@@ -33,12 +36,12 @@ bench: install
 readme-table: install  # rerun the demo from an empty cache and rewrite README.md's table, naming this machine
 	$(BIN)/python scripts/readme_demo_table.py
 
-study: install  # the seed study's Figure 1 on digits (about 10 minutes on 2 cores): docs/seed_study.png, README block
-	$(BIN)/python scripts/seed_study.py --readme
+study: install  # the seed study's Figure 1 on digits (about 10 minutes on 2 cores): docs/seed_study.png and docs/seed-study.md's table
+	$(BIN)/python scripts/seed_study.py --docs
 
-forget-quality: install  # experiment=forget_quality on digits (125 jobs, about an hour on 2 cores): README block
-	$(BIN)/python scripts/forget_quality_table.py --readme
+forget-quality: install  # experiment=forget_quality on digits (125 jobs, about an hour on 2 cores): docs/forget_quality.png and docs/forget-quality.md's table
+	$(BIN)/python scripts/forget_quality_table.py --docs
 
 clean:
-	rm -rf multirun_outputs outputs seed_study forget_quality .cache .pytest_cache .ruff_cache build dist *.egg-info
+	rm -rf multirun_outputs outputs seed_study forget_quality site .cache .pytest_cache .ruff_cache build dist *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

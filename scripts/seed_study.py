@@ -5,8 +5,8 @@ with J unlearning seeds
 (design A(0)), against I training seeds with one unlearning seed each (design B), for the methods retrain, finetune,
 random_labels, unsir, bad_teacher, ssd and lfssd. Two sweeps (`OUT/single`: seeds.train=0 seeds.unlearn=range(J);
 `OUT/multi`: seeds.train=range(1, I), each with its own unlearning seed), one report over both (`OUT/report`), and a
-table of the numbers the README's discussion rests on. With `--readme`, the figure goes to `docs/seed_study.png`
-and the table into README.md between its `<!-- seed-study -->` markers, with the machine it ran on.
+table of the numbers the docs' discussion rests on. With `--docs`, the figure goes to `docs/seed_study.png`
+and the table into docs/seed-study.md between its `<!-- seed-study -->` markers, with the machine it ran on.
 
 Extra arguments are Hydra overrides for both sweeps (e.g. `scenario=random_sample`).
 """
@@ -70,7 +70,7 @@ def table(rows: list[list[str]]) -> str:
     return "\n".join([*lines, *("| " + " | ".join(r) + " |" for r in rows)])
 
 
-def readme_block(text: str, numerics: str, sizes: tuple[int, int]) -> str:
+def docs_block(text: str, numerics: str, sizes: tuple[int, int]) -> str:
     lead = textwrap.fill(f"Test accuracy (mean ± std) of the two designs, A(0): training seed 0 with {sizes[1]} "
                          f"unlearning seeds, B: {sizes[0]} training seeds with one unlearning seed each; var over u: "
                          f"the variance over seed 0's unlearning seeds; W2(A(0), B₋₀) with its permutation null. "
@@ -84,7 +84,7 @@ def main() -> None:
     parser.add_argument("--train-seeds", type=int, default=11, help="I: training seeds of design B (default 11)")
     parser.add_argument("--unlearn-seeds", type=int, default=11, help="J: unlearning seeds of design A(0)")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated (default: the study's seven)")
-    parser.add_argument("--readme", action="store_true", help="update docs/seed_study.png and README.md's block")
+    parser.add_argument("--docs", action="store_true", help="update docs/seed_study.png and docs/seed-study.md's table")
     args, overrides = parser.parse_known_args()
     if args.train_seeds < 3 or args.unlearn_seeds < 2:
         parser.error("the designs need --train-seeds ≥ 3 (B without seed 0 holds two) and --unlearn-seeds ≥ 2")
@@ -108,17 +108,17 @@ def main() -> None:
         raise SystemExit(f"no seed-study figure was drawn: see {args.out / 'report' / 'report.md'}")
     figure = figures[0]
     print(f"figure: {figure}")
-    if args.readme:
+    if args.docs:
         from unlearnbench.files import replace_block, write_atomically
 
         identity = report.jobs[0]["numerics_identity"]
         (REPO / "docs").mkdir(exist_ok=True)
         shutil.copyfile(figure, REPO / "docs" / "seed_study.png")
-        readme = REPO / "README.md"
-        block = readme_block(text, f"{describe_numerics(identity)} (`{identity['id']}`)",
+        page = REPO / "docs" / "seed-study.md"
+        block = docs_block(text, f"{describe_numerics(identity)} (`{identity['id']}`)",
                              (args.train_seeds, args.unlearn_seeds))
-        write_atomically(readme, replace_block(readme.read_text(), BEGIN, END, block))
-        print("README.md and docs/seed_study.png updated")
+        write_atomically(page, replace_block(page.read_text(), BEGIN, END, block))
+        print("docs/seed-study.md and docs/seed_study.png updated")
 
 
 if __name__ == "__main__":

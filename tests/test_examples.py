@@ -219,7 +219,7 @@ def test_a_pool_that_cannot_be_scored_is_a_warning_and_the_others_are_scored():
         (r.method, r.design, None if pd.isna(r.seed_train) else int(r.seed_train)) for r in found.quality.itertuples()}
 
 
-def test_the_readme_table_has_a_row_per_method_with_both_designs(sweep):
+def test_the_docs_table_has_a_row_per_method_with_both_designs(sweep):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("fq_table", Path(__file__).parent.parent / "scripts" /
@@ -230,5 +230,5 @@ def test_the_readme_table_has_a_row_per_method_with_both_designs(sweep):
     assert lines[0].startswith("| method | F, A(i)") and len(lines) == 2 + 3
     gold = next(line for line in lines if line.startswith("| retrain |")).split(" | ")
     assert gold[1] == "1.000 ± 0.000 [1.000, 1.000]" and gold[2] == "1.000" and gold[4] == "1.000 / 1.000"
-    block = script.readme_block("TABLE", "this machine", "2 pools", 3.2)
+    block = script.docs_block("TABLE", "this machine", "2 pools", 3.2)
     assert block.startswith(script.BEGIN) and block.endswith(script.END) and "3 minutes" in block

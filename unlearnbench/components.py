@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,13 @@ def locate(path: str) -> Any:
     raise ModuleNotFoundError(f"no module named {parts[0]!r}", name=parts[0])
 
 
+def searches_cwd() -> bool:
+    """Whether imports look in the current folder: not under the console script (its own folder is first on
+    sys.path), but under `python -m unlearnbench` and `run_sweep`."""
+    here = Path.cwd().resolve()
+    return any(Path(entry or ".").resolve() == here for entry in sys.path)
+
+
 def target_of(cfg: Mapping[str, Any], kind: str) -> Any:
     path = cfg.get("_target_")
     if not path:
@@ -41,9 +49,10 @@ def target_of(cfg: Mapping[str, Any], kind: str) -> Any:
     except ModuleNotFoundError as error:
         if error.name != path.split(".")[0]:
             raise UserError(f"{kind} {cfg.get('name', '')}: cannot import _target_ {path} ({error})") from None
+        searched = "is searched too" if searches_cwd() else "is not searched"
         raise UserError(f"{kind} {cfg.get('name', '')}: cannot import _target_ {path}: Python finds no package "
                         f"{error.name!r} among the installed packages and PYTHONPATH (the current folder, "
-                        f"{Path.cwd()}, is not searched); install it (pip install -e DIR, DIR holding its "
+                        f"{Path.cwd()}, {searched}); install it (pip install -e DIR, DIR holding its "
                         f"pyproject.toml) or put the folder that holds {error.name}/ on PYTHONPATH (PYTHONPATH=. "
                         f"when that is the current folder)") from None
     except (ImportError, AttributeError) as error:

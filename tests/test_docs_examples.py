@@ -1,0 +1,112 @@
+"""The Extending page's worked example, run as a user runs it: the files of docs/examples/extending/ (a method, a
+dataset and a scenario in the user's own package, each with its YAML in the user's config folder) copied into a
+folder outside the repository, and the page's commands run there through the console script."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import REPO
+
+EXAMPLE = REPO / "docs" / "examples" / "extending"
+BIN = Path(sys.executable).parent
+TOGETHER = ["--config-dir", "conf", "+method=noisy", "dataset=npz_digits", "scenario=class_sample",
+            "scenario.targets=[3]", "runtime.threads=1"]
+
+
+def environment(pythonpath: bool) -> dict:
+    """The user's shell: no unlearnbench variables of the test run, the package found only through PYTHONPATH=."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UNLEARNBENCH_", "PYTHONPATH"))}
+    return {**env, "PYTHONPATH": "."} if pythonpath else env
+
+
+def unlearnbench(project: Path, args: list[str], pythonpath: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "unlearnbench"), *args], cwd=project, env=environment(pythonpath),
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """The example project in a temporary folder (outside the repository), its data made by its own script."""
+    folder = tmp_path_factory.mktemp("myproject")
+    shutil.copytree(EXAMPLE, folder, dirs_exist_ok=True)
+    assert REPO not in folder.parents
+    made = subprocess.run([sys.executable, "make_npz.py"], cwd=folder, env=environment(False), capture_output=True,
+                          text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    return folder
+
+
+@pytest.fixture(scope="module")
+def together(project) -> tuple[subprocess.CompletedProcess, dict, pd.DataFrame]:
+    """The page's "all three together" command."""
+    run = unlearnbench(project, [*TOGETHER, "hydra.sweep.dir=sweep"])
+    (path,) = (project / "sweep").glob("*/result.json")
+    return run, json.loads(path.read_text()), pd.read_parquet(path.parent / "examples.parquet")
+
+
+def test_method_dataset_and_scenario_of_ones_own_run_together(project, together):
+    run, result, examples = together
+    assert run.returncode == 0, run.stderr
+    assert result["status"] == "complete" and not result["failures"]
+    assert (result["job"]["dataset"], result["job"]["scenario"], result["job"]["method"]) == \
+        ("npz_digits", "class_sample", "noisy")
+    with np.load(project / "data" / "npz_digits" / "train.npz") as train:
+        labels = train["labels"]
+    assert result["dataset"]["train"] == len(labels) and result["dataset"]["classes"] == 10
+    # D_f: ceil(half) of class 3's training images, and only class 3's
+    forget = examples[(examples.role == "original") & (examples.split == "forget_train")]
+    assert len(forget) == math.ceil(0.5 * (labels == 3).sum()) and set(forget.label) == {3}
+    assert len(set(forget["index"])) == len(forget) and set(labels[forget["index"]]) == {3}
+    unlearned = {(r["metric"], r["split"]) for r in result["records"] if r["method"] == "noisy"}
+    assert {("acc", "forget_test"), ("acc", "retain_test"), ("delta_acc", "forget_train"),
+            ("layer_distance", None)} <= unlearned
+    values = [r["value"] for r in result["records"] if r["method"] == "noisy" and r["metric"] == "acc"]
+    assert values and all(0 <= v <= 1 for v in values)
+    assert [c["model"] for c in result["curves"] if c["method"] == "noisy"] == ["unlearned"]  # its training curve
+
+
+def test_the_forget_set_is_drawn_from_the_seed(project, together):
+    """A different forget-set seed draws another half of class 3 (the scenario's generator is the seed's)."""
+    examples = together[2]
+    again = unlearnbench(project, [*TOGETHER, "seeds.forget=1", "hydra.sweep.dir=other"])
+    assert again.returncode == 0, again.stderr
+    (path,) = (project / "other").glob("*/examples.parquet")
+    other = pd.read_parquet(path)
+    first = set(examples[(examples.role == "original") & (examples.split == "forget_train")]["index"])
+    second = set(other[(other.role == "original") & (other.split == "forget_train")]["index"])
+    assert len(first) == len(second) and first != second
+
+
+def test_an_option_out_of_its_declared_range_is_one_line(project):
+    run = unlearnbench(project, ["--config-dir", "conf", "+method=noisy", "method.sigma=0", "hydra.sweep.dir=bad"])
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert "method noisy: method.sigma=0 is not valid; valid: > 0" in run.stderr  # as the page says
+    scenario = unlearnbench(project, [*TOGETHER, "scenario.fraction=1.5", "hydra.sweep.dir=bad2"])
+    assert scenario.returncode == 1 and "Traceback" not in scenario.stderr
+    assert "scenario class_sample: scenario.fraction=1.5 is not valid; valid: in (0, 1)" in scenario.stderr
+
+
+def test_without_pythonpath_the_message_says_how_to_make_the_package_importable(project):
+    run = unlearnbench(project, ["--config-dir", "conf", "+method=noisy", "hydra.sweep.dir=nopath"], pythonpath=False)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    line = next(line for line in run.stderr.splitlines() if "cannot import _target_ mypkg.noisy.NoisyFineTune" in line)
+    assert f"the current folder, {project}, is not searched" in line
+    assert "pip install -e DIR" in line and "PYTHONPATH=." in line
+
+
+def test_missing_dataset_files_name_the_file_and_the_script(project, tmp_path):
+    run = unlearnbench(project, ["--config-dir", "conf", "dataset=npz_digits", "+method=finetune",
+                                 f"paths.data_dir={tmp_path}", "hydra.sweep.dir=nodata"])
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert f"dataset npz_digits: missing {tmp_path / 'npz_digits' / 'train.npz'}" in run.stderr
+    assert "write them with numpy.savez (see make_npz.py)" in run.stderr
