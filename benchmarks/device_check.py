@@ -3,7 +3,7 @@ utilisation, and the training throughput of the CIFAR ResNet18 recipe; one PASS 
 
 Run it through `benchmarks/device_check.sh` (which installs the extras first); about 5 minutes on one GPU. CANNOT
 is a mode this machine cannot run, with the reason the job gave (a missing package, a GPU too old for FP8); FAIL is a
-mode that should run here and did not. The table is also written as Markdown (`--out`), for the README.
+mode that should run here and did not. The table is also written as Markdown (`--out`), for docs/performance.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Miniature copies of the datasets in their exact on-disk formats (README, "Datasets"), for tests.
+"""Miniature copies of the datasets in their exact on-disk formats (docs/datasets.md), for tests.
 
 Each writer puts a few samples under a root folder, laid out and encoded as the real download is, and
 returns what it wrote (images in the loaders' N × C × H × W layout, the raw rows, labels, names) so tests can

@@ -99,6 +99,8 @@ def test_load_report_rebuilds_on_request_and_names_a_missing_report(example, tmp
     assert load_report(copy).curves.empty and not original.curves.empty  # a table the report lacks: empty
     with pytest.raises(FileNotFoundError, match="no such folder"):
         load_report(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="is a report folder; rebuild=True needs the sweep folder"):
+        load_report(copy / "report", rebuild=True)
 
 
 def test_run_sweep_refuses_what_the_command_line_would_not_take_as_overrides(tmp_path):
@@ -115,6 +117,13 @@ def test_a_refused_command_line_raises_its_own_one_line_reason(tmp_path, monkeyp
     with pytest.raises(SweepError, match=r"^unlearnbench: invalid config: train\.epochs=0 is not valid; valid: >= 1"):
         run_sweep(["train.epochs=0"], sweep_dir="sweep", quiet=True)
     assert not list(tmp_path.glob("sweep/*/result.json"))
+
+
+def test_a_refused_command_line_raises_on_a_sweep_that_has_results_already(example, monkeypatch):
+    folder, _ = example
+    monkeypatch.chdir(folder)
+    with pytest.raises(SweepError, match=r"^unlearnbench: invalid config: train\.epochs=0"):
+        run_sweep([*OVERRIDES, "train.epochs=0"], sweep_dir="runs/quick_study", quiet=True)
 
 
 def test_a_sweep_with_a_failed_job_returns_the_records_there_are_and_warns(tmp_path, monkeypatch, capsys):
@@ -154,3 +163,23 @@ def test_ctrl_c_stops_the_sweep_and_raises_keyboard_interrupt(tmp_path):
     _, alive = psutil.wait_procs(sweep_processes, timeout=30)
     assert not alive
     assert not list(tmp_path.glob("sweep/*/result.json.*"))  # nothing half-written
+
+
+def test_run_sweep_finds_a_package_in_the_current_folder_and_config_dir_adds_configs(tmp_path, monkeypatch):
+    """The sweep's process imports from the current folder (as `python -m` does): a notebook's own package next to
+    it needs no PYTHONPATH; where it is absent the message says that the folder was searched."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "conf" / "method").mkdir(parents=True)
+    (tmp_path / "conf" / "method" / "mine.yaml").write_text("_target_: minepkg.mine.Mine\nname: mine\n")
+    with pytest.raises(SweepError, match=rf"cannot import _target_ minepkg\.mine\.Mine: .*the current folder, "
+                                         rf"{tmp_path}, is searched too"):
+        run_sweep(["+method=mine"], sweep_dir="sweep", config_dir="conf", quiet=True)
+    (tmp_path / "minepkg").mkdir()
+    (tmp_path / "minepkg" / "mine.py").write_text(
+        "from unlearnbench.methods.base import Method\n\n\n"
+        "class Mine(Method):\n    def unlearn(self, model, task):\n        return model\n")
+    records = run_sweep(["+method=mine", "train.epochs=1", "evaluation.examples=false"], sweep_dir="sweep",
+                        config_dir="conf", quiet=True)
+    layer = records.query("method == 'mine' and metric == 'layer_distance'")["value"]
+    original = records.query("role == 'original' and metric == 'layer_distance'")["value"]
+    assert len(layer) == 1 and layer.iloc[0] == pytest.approx(original.iloc[0])  # M_u is M_o, unchanged

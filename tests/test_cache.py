@@ -1,4 +1,4 @@
-"""The artifact cache (README, "Cache"): publish, validate, rebuild, key, concurrency, pickle."""
+"""The artifact cache (docs/running.md, "The cache"): publish, validate, rebuild, key, concurrency, pickle."""
 
 from __future__ import annotations
 

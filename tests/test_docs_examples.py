@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import zipfile
 import os
 import shutil
 import subprocess
@@ -110,3 +111,14 @@ def test_missing_dataset_files_name_the_file_and_the_script(project, tmp_path):
     assert run.returncode == 1 and "Traceback" not in run.stderr
     assert f"dataset npz_digits: missing {tmp_path / 'npz_digits' / 'train.npz'}" in run.stderr
     assert "write them with numpy.savez (see make_npz.py)" in run.stderr
+
+
+def test_the_projects_pyproject_builds_a_wheel_holding_the_package(project, tmp_path):
+    """`pip install -e .`, as the page offers instead of PYTHONPATH: its pyproject.toml packages mypkg."""
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                            "--wheel-dir", str(tmp_path), "."], cwd=project, capture_output=True, text=True,
+                           timeout=300)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = tmp_path.glob("mypkg-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"mypkg/__init__.py", "mypkg/noisy.py", "mypkg/npz_images.py", "mypkg/class_sample.py"} <= names

@@ -1,4 +1,4 @@
-"""Hand-computed cases for the metrics of the README's "Metrics" section (unlearnbench.metrics.functions and
+"""Hand-computed cases for the metrics of docs/metrics.md (unlearnbench.metrics.functions and
 .scoring)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The cost monitor on the CPU and the per-stage random streams (README: "Metrics", "Reproducibility")."""
+"""The cost monitor on the CPU and the per-stage random streams (docs/metrics.md, docs/reproducibility.md)."""
 
 from __future__ import annotations
 

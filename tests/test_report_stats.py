@@ -184,7 +184,7 @@ def heterogeneous_grids(kind: str, runs: int, count: int = 11, per: int = 11, se
 
 
 # (kind, the bootstrap interval's coverage, the χ² interval's), each measured on 3,000 grids of I = J = 11 (the
-# numbers in sigma_u2_bootstrap's docstring and the README); the tests draw 800 other grids and allow three
+# numbers in sigma_u2_bootstrap's docstring and docs/seed-study.md); the tests draw 800 other grids and allow three
 # Monte-Carlo standard errors.
 COVERAGE = [("equal", 0.95, 0.95), ("gamma1", 0.938, 0.542), ("gamma_half", 0.930, 0.423), ("t5", 0.923, 0.789)]
 

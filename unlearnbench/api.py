@@ -51,15 +51,16 @@ def run_sweep(overrides: Sequence[str] = (), sweep_dir: str | os.PathLike | None
     """
     arguments = command_arguments(overrides, sweep_dir, config_dir)
     folder = Path(next(a for a in reversed(arguments) if a.startswith(SWEEP_DIR))[len(SWEEP_DIR):])
+    before = written(folder)
     returncode, last_lines = run_command([sys.executable, "-m", "unlearnbench", *arguments], quiet)
     if returncode == 130:
         raise KeyboardInterrupt(f"the sweep in {folder} was interrupted; finished jobs are kept, and the same call "
                                 f"resumes it")
+    after = written(folder)
+    if not after or (returncode != 0 and after == before):  # refused before any job (a resumed sweep's old files)
+        raise SweepError(reason(last_lines) or f"the sweep ran no job (exit status {returncode})")
     from unlearnbench.report.collect import RECORD_COLUMNS, load_results
 
-    results = list(folder.glob("**/result.json")) if folder.is_dir() else []
-    if not results:
-        raise SweepError(reason(last_lines) or f"the sweep ran no job (exit status {returncode})")
     frame, jobs = load_results([folder])
     if frame.empty:  # no job wrote a record (every one failed before its first): the columns still hold
         frame = frame.reindex(columns=["folder", "status", *RECORD_COLUMNS])
@@ -69,6 +70,11 @@ def run_sweep(overrides: Sequence[str] = (), sweep_dir: str | os.PathLike | None
                       f"'failed'; frame.attrs['failed'] lists them): {reason(last_lines)}", stacklevel=2)
     frame.attrs.update(sweep_dir=str(folder), failed=failed)
     return frame
+
+
+def written(folder: Path) -> dict[Path, int]:
+    """The sweep's result files and when each was written."""
+    return {path: path.stat().st_mtime_ns for path in folder.glob("**/result.json")} if folder.is_dir() else {}
 
 
 def command_arguments(overrides: Sequence[str], sweep_dir: str | os.PathLike | None,
@@ -149,12 +155,16 @@ class Report:
 
 def load_report(folder: str | os.PathLike, rebuild: bool = False) -> Report:
     """The report of a finished sweep: `folder` is the sweep folder (its report is in `folder/report/`) or the report
-    folder itself. `rebuild=True` (re)builds it from the sweep's result files first, as `unlearnbench-report` does;
-    a `FileNotFoundError` names what is missing."""
+    folder itself. `rebuild=True` (re)builds it from the sweep folder's result files first, as
+    `unlearnbench-report` does; a `FileNotFoundError` names what is missing."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"no such folder: {folder}")
-    report = folder if (folder / "report.md").is_file() and not rebuild else folder / "report"
+    is_report = (folder / "report.md").is_file()
+    if is_report and rebuild:
+        raise ValueError(f"{folder} is a report folder; rebuild=True needs the sweep folder, which holds the job "
+                         f"folders (for a report of several sweeps: unlearnbench-report SWEEP… --out {folder})")
+    report = folder if is_report else folder / "report"
     if rebuild:
         from unlearnbench.report.build import build_report
 

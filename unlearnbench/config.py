@@ -91,7 +91,7 @@ class Augment:
 
 @dataclass
 class TrainRecipe:
-    """How M_o and M_r are trained (the SSD authors' recipe: README, "Config groups")."""
+    """How M_o and M_r are trained (the SSD authors' recipe: docs/running.md, "Training recipes")."""
 
     epochs: int = ranged(20, AT_LEAST_1)
     batch_size: int = ranged(64, AT_LEAST_1)

@@ -84,7 +84,7 @@ def write_atomically(path: Path, text: str) -> None:
 
 def replace_block(text: str, begin: str, end: str, new: str) -> str:
     """`text` with the block from the `begin` marker to the `end` marker (both included) replaced by `new`, for the
-    README's generated tables; a `ValueError` unless each marker occurs exactly once, in that order."""
+    README's and the docs' generated tables; a `ValueError` unless each marker occurs exactly once, in that order."""
     if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
         raise ValueError(f"the text must hold exactly one {begin} … {end} block")
     start, stop = text.index(begin), text.index(end) + len(end)

@@ -4,7 +4,7 @@ pool.
 Why loky and not submitit's local executor: loky keeps its workers for the whole sweep, so a worker imports torch
 and Lightning once (7–8 s) and then runs job after job, as the basic launcher's one process does, while submitit
 starts a new Python process for every job: on digits jobs of a few seconds that start-up would cost more than the
-parallelism wins (README, "Launchers", has the measurement).
+parallelism wins (docs/launchers.md has the measurement).
 
 Placement. With GPUs, `workers` defaults to one per GPU (`jobs_per_gpu` per GPU for small jobs; a job of
 `strategy.devices=d` gets d GPUs), and each worker sees only its own GPUs: CUDA_VISIBLE_DEVICES is set in the

@@ -1,4 +1,4 @@
-"""Forgetting scenarios: what D_f, D_r, D'_f and D'_r are for one target (README, "Metrics")."""
+"""Forgetting scenarios: what D_f, D_r, D'_f and D'_r are for one target (docs/metrics.md)."""
 
 from __future__ import annotations
 

@@ -182,7 +182,7 @@ class Mq2007(LetorSource):
 
 def synthetic_queries(rng: np.random.Generator, count: int, weights: np.ndarray, zero_columns: np.ndarray,
                       first_qid: int) -> Queries:
-    """Queries of the synthetic LETOR data (README, FOLTR): lognormal document counts, uniform features with some
+    """Queries of the synthetic LETOR data (docs/ranking.md): lognormal document counts, uniform features with some
     columns zeroed, graded relevance from a hidden linear model, about 15% of queries without a relevant document,
     per-query min–max normalisation."""
     sizes = np.clip(rng.lognormal(3.5, 0.5, count), 6, 147).astype(np.int64)

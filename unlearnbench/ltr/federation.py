@@ -1,4 +1,4 @@
-"""Federated online learning to rank: clients, rounds, model poisoning, FedAvg (README, FOLTR section).
+"""Federated online learning to rank: clients, rounds, model poisoning, FedAvg (docs/ranking.md).
 
 Each round every participating client takes its next queries, shows a Plackett–Luce list for each, simulates the
 clicks of a cascade user, computes the PDGD gradient and steps its local copy of the ranker; the server then

@@ -1,4 +1,4 @@
-"""The metrics of the README's "Metrics" section, one function each, over logits computed once per (model, pool).
+"""The metrics of docs/metrics.md, one function each, over logits computed once per (model, pool).
 
 Everything is computed in float64 on the CPU from gathered logits, so a metric does not depend on the device count
 or the precision the model ran in (beyond the logits themselves). A metric that cannot be computed (an empty split,

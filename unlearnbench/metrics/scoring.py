@@ -78,7 +78,7 @@ class Scorer:
         In the targeted scenarios (full_class, sub_class) that is D'_f, the test samples of the forgotten class: the
         whole test set would let the attacker separate the forgotten class from the others by loss, and the
         retrained model itself would score near 1. In the random-sample scenario D'_f is D_f itself (pool "train";
-        README, "Metrics") and the whole test set is drawn from the same distribution as D_f.
+        docs/metrics.md) and the whole test set is drawn from the same distribution as D_f.
         """
         forget_test = self.splits.forget_test
         return forget_test if forget_test.pool == "test" else full_pool(forget_test.data, "test")

@@ -1,6 +1,6 @@
 """From the tidy records of a sweep to the report's tables (pandas; the statistics live in `stats`).
 
-Vocabulary (the README's "Seed sensitivity" section):
+Vocabulary (docs/seed-study.md):
 - a *row* of the study is one (dataset, model, scenario, target, method, role, metric, split): Z its value;
 - Z_ij is the value of training seed i (`seed_train`) and unlearning seed j nested in i: one job. A job's evaluation
   seed normally follows its unlearning seed; where a sweep varies it separately, each (unlearning seed, evaluation
@@ -49,7 +49,7 @@ def label(metric: str, split: str) -> str:
 
 def ideal(metric: str) -> float | str | None:
     """What the best value of a metric is: a number (closest wins), "retrained" (closest to M_r's mean wins), or
-    None (no best: not marked). Deltas and distances: 0; completeness and tow: 1; mia_loss: 0.5 (README, "Metrics");
+    None (no best: not marked). Deltas and distances: 0; completeness and tow: 1; mia_loss: 0.5 (docs/metrics.md);
     cost: 0 (lowest); acc, loss and mia of M_u and the ranking task's NDCG: closest to the retrained model."""
     if metric.startswith("delta_") or metric in DISTANCES or metric in ("time_s", "memory_gib"):
         return 0.0

@@ -1,5 +1,5 @@
 """Forgetting quality per example, from the jobs' `examples.parquet`: the NeurIPS 2023 unlearning competition's score
-and LiRA, per pool of models, for one original model and across training seeds (README, "Forgetting quality").
+and LiRA, per pool of models, for one original model and across training seeds (docs/forget-quality.md).
 
 A *pool* is a set of jobs of one configuration and target that share one forget set D_f: its N unlearned models of
 a method and the same jobs' N retrained models. The designs:

@@ -1,4 +1,4 @@
-"""Statistics across seeds, as the README's "Seed sensitivity" section defines them (numpy and scipy only; no
+"""Statistics across seeds, as docs/seed-study.md defines them (numpy and scipy only; no
 torch, no pandas).
 
 - `w2`: the exact 2-Wasserstein distance between two 1-D empirical distributions of any sizes;
@@ -292,7 +292,7 @@ def nested_variance(groups: Sequence[Sequence[float] | np.ndarray], alpha: float
     """The one-way nested random-effects decomposition Z_ij = μ + a_i + e_ij of `groups` (one array of Z_ij over j
     per training seed i; NaN dropped; empty groups ignored).
 
-    Balanced grid (every training seed has J values), as in the README:
+    Balanced grid (every training seed has J values), as in docs/seed-study.md:
         MSW = Σ_ij (Z_ij − Z̄_i)² / (I(J − 1)),  MSB = J Σ_i (Z̄_i − Z̄)² / (I − 1),
         σ̂_U² = MSW,  σ̂_T² = max(0, (MSB − MSW)/J),  ICC = σ̂_T² / (σ̂_T² + σ̂_U²);
         σ_U² interval: studentized bootstrap over training seeds (`sigma_u2_bootstrap`), and the χ² one with I(J − 1)

@@ -1,4 +1,4 @@
-"""Cost of one call: wall time, peak memory above the level before it, and utilisation (README, "Metrics").
+"""Cost of one call: wall time, peak memory above the level before it, and utilisation (docs/metrics.md).
 
 A background thread samples at 10 Hz: on CUDA, NVML's per-process utilisation samples (de-duplicated by their
 timestamps) and PyTorch's allocator peak; on the CPU, the resident memory of the process tree, and the process's

@@ -1,2 +1,2 @@
 """The ranking task's unlearning methods: one module per method behind `base.FederatedMethod`, one YAML each in
-`conf/method/` (README, "Federated online learning to rank")."""
+`conf/method/` (docs/ranking.md)."""

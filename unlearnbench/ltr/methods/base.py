@@ -4,7 +4,7 @@ A ranking method is one module in this package with one class deriving from `Fed
 `conf/method/` whose keys are its constructor's arguments, as an image method is (`unlearnbench.methods.base`, whose
 `Method` supplies the option checks). Every method starts from the trained federation (final model, stored global
 and local models, partitions, query pointers) and returns the global model after each unlearning round. Every stream
-it uses after training is re-seeded from the unlearning seed (README, "Federated online learning to rank": seeds).
+it uses after training is re-seeded from the unlearning seed (docs/ranking.md: seeds).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Federated `original` baseline: every client keeps training after round T, the malicious ones still poisoning.
 
 The curve an unlearning method must beat from below: what happens when nothing is done (the reference's
-`original`; README, FOLTR section).
+`original`; docs/ranking.md).
 """
 
 from __future__ import annotations

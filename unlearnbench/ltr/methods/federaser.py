@@ -11,7 +11,7 @@ reference (default; the FOLTR unlearning study's executed code, `unlearning_stra
     Ũ^{t+1} = Ũ^t + ‖mean_{k∈R} U_k^t‖ · (mean_k W̃_k − Ũ^t)/‖mean_k W̃_k − Ũ^t‖   when t % calibration_interval == 0,
     Ũ^{t+1} = mean_k W̃_k                                                             otherwise (plain FedAvg).
     The reference trains the retained clients one after another on one shared vector and scores w_T + 0.1·Σ Ũ
-    instead of Ũ (README, FOLTR section): defects not copied.
+    instead of Ũ (docs/ranking.md): defects not copied.
 paper (the paper's algorithm): only every `retaining_interval`-th round t_j = j·Δt was retained; M̃^0 = G^0,
     M̃^1 = M̃^0 + mean_{k∈R} U_k^{t_0}; for j ≥ 1 each retained client trains from M̃^j on the first
     ⌈calibration_ratio · queries_per_round⌉ queries it took in round t_j (the calibration's fewer local epochs, on
