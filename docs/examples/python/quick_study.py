@@ -1,9 +1,9 @@
 """A small seed study from Python, sized for a notebook: SSD and fine-tuning on digits, three training seeds with
-two unlearning seeds each (12 jobs; about a minute on two CPU cores)."""
+two unlearning seeds each (6 jobs, each running both methods on its M_o and M_r; under a minute on two CPU cores)."""
 
 from unlearnbench import load_report, run_sweep
 
-records = run_sweep(["experiment=seed_sensitivity", "study.I=3", "study.J=2", "+method=ssd,finetune",
+records = run_sweep(["experiment=seed_sensitivity", "study.I=3", "study.J=2", "methods=[ssd,finetune]",
                      "hydra/launcher=local"], sweep_dir="runs/quick_study", quiet=True)
 
 # Forget-class test accuracy of the unlearned models: mean and spread over each training seed's unlearning seeds.
