@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-import zipfile
 import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
