@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install demo test lint docs bench readme-table study forget-quality clean
+.PHONY: install demo test test-fast lint docs bench readme-table study forget-quality clean
 
 install: $(VENV)/.installed
 
@@ -17,8 +17,11 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(BIN)/unlearnbench
 
-test: install  # one worker per core (pytest-xdist), each test file on one worker (module fixtures built once)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile
+test: install  # one worker per core (pytest-xdist), each test file on one worker (module fixtures built once), the longest files first (tests/conftest.py)
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
+
+test-fast: install  # the inner loop: the tests that start no process (a test that does fails, saying to mark it)
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not processes" --durations=10
 
 lint: install
 	$(BIN)/ruff check unlearnbench conf tests benchmarks scripts hydra_plugins

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forkserver
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
@@ -45,16 +46,28 @@ def run_in_process(overrides: list[str], tmp_path: Path, methods: list[str]):
 
 
 def run_cli(args: list[str], tmp_path: Path, sweep: str = "sweep", timeout: int = 600,
-            program: str = "unlearnbench") -> subprocess.CompletedProcess:
-    """The real console script in a subprocess, with its sweep folder and cache under `tmp_path`."""
-    command = [str(Path(sys.executable).parent / program), *args]
+            program: str = "unlearnbench", fork: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The console script in a process of its own, with its sweep folder and cache under `tmp_path`: forked from a
+    server that has imported torch and the project (forkserver.py: a real process without 5–8 s of imports), or,
+    with `fork=False`, the installed script itself started by the operating system."""
     if program == "unlearnbench":
         defaults = {"hydra.sweep.dir": tmp_path / sweep, "paths.cache_dir": tmp_path / "cache",
                     "paths.data_dir": tmp_path / "data"}
-        command += [f"{key}={value}" for key, value in defaults.items()
-                    if not any(a.startswith(f"{key}=") for a in args)]
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
+        args = [*args, *(f"{key}={value}" for key, value in defaults.items()
+                         if not any(a.startswith(f"{key}=") for a in args))]
+    env = {**(os.environ if env is None else env), "PYTHONWARNINGS": "ignore"}
+    if fork:
+        return forkserver.run(program, args, tmp_path, env, timeout=timeout)
+    return subprocess.run([str(Path(sys.executable).parent / program), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=tmp_path, env=env)
+
+
+def default_sigint() -> None:
+    """`preexec_fn` for a process that a test interrupts: Python's default SIGINT, as in a terminal, even where this
+    process was started with SIGINT ignored (`make test &`: a background job of a non-interactive shell)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def results(folder: Path) -> dict[str, dict]:

@@ -11,7 +11,7 @@ import sys
 
 import pandas as pd
 import pytest
-from helpers import REPO
+from helpers import REPO, default_sigint
 
 import unlearnbench
 from unlearnbench import SweepError, load_report, run_sweep
@@ -34,6 +34,7 @@ def example(tmp_path_factory):
     return folder, run
 
 
+@pytest.mark.processes
 def test_the_python_example_runs_from_a_folder_outside_the_repository(example):
     folder, run = example
     assert run.returncode == 0, run.stderr[-3000:]
@@ -53,6 +54,7 @@ def test_the_python_example_runs_from_a_folder_outside_the_repository(example):
                         f"runs/quick_study/report/figures"
 
 
+@pytest.mark.processes
 def test_run_sweep_resumes_a_finished_sweep_and_returns_its_records(example, monkeypatch):
     folder, _ = example
     monkeypatch.chdir(folder)
@@ -69,6 +71,7 @@ def test_run_sweep_resumes_a_finished_sweep_and_returns_its_records(example, mon
     assert sorted(records.seed_train.unique()) == [0, 1, 2] and records.seed_unlearn.nunique() == 6
 
 
+@pytest.mark.processes
 def test_load_report_reads_every_table_from_the_sweep_or_the_report_folder(example):
     folder, _ = example
     sweep = folder / "runs" / "quick_study"
@@ -85,6 +88,7 @@ def test_load_report_reads_every_table_from_the_sweep_or_the_report_folder(examp
         _ = report.variance
 
 
+@pytest.mark.processes
 def test_load_report_rebuilds_on_request_and_names_a_missing_report(example, tmp_path):
     folder, _ = example
     copy = tmp_path / "copy"
@@ -112,6 +116,7 @@ def test_run_sweep_refuses_what_the_command_line_would_not_take_as_overrides(tmp
         run_sweep([f"hydra.sweep.dir={tmp_path}"], sweep_dir=tmp_path)
 
 
+@pytest.mark.processes
 def test_a_refused_command_line_raises_its_own_one_line_reason(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SweepError, match=r"^unlearnbench: invalid config: train\.epochs=0 is not valid; valid: >= 1"):
@@ -119,6 +124,7 @@ def test_a_refused_command_line_raises_its_own_one_line_reason(tmp_path, monkeyp
     assert not list(tmp_path.glob("sweep/*/result.json"))
 
 
+@pytest.mark.processes
 def test_a_refused_command_line_raises_on_a_sweep_that_has_results_already(example, monkeypatch):
     folder, _ = example
     monkeypatch.chdir(folder)
@@ -126,6 +132,7 @@ def test_a_refused_command_line_raises_on_a_sweep_that_has_results_already(examp
         run_sweep([*OVERRIDES, "train.epochs=0"], sweep_dir="runs/quick_study", quiet=True)
 
 
+@pytest.mark.processes
 def test_a_sweep_with_a_failed_job_returns_the_records_there_are_and_warns(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.warns(UserWarning, match=r"1 of 1 jobs of sweep did not complete .*FAILED .*unknown class "
@@ -142,12 +149,13 @@ run_sweep(["+method=finetune", "seeds.train=range(4)", "runtime.threads=1"], swe
 """
 
 
+@pytest.mark.processes
 def test_ctrl_c_stops_the_sweep_and_raises_keyboard_interrupt(tmp_path):
     """As in a notebook: SIGINT reaches the Python process only, which stops the sweep's process and raises."""
     import psutil
 
     caller = subprocess.Popen([sys.executable, "-c", INTERRUPTED], cwd=tmp_path, env=clean_environment(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         for line in caller.stdout:
             if "original model (training seed 0): started" in line:
@@ -165,6 +173,7 @@ def test_ctrl_c_stops_the_sweep_and_raises_keyboard_interrupt(tmp_path):
     assert not list(tmp_path.glob("sweep/*/result.json.*"))  # nothing half-written
 
 
+@pytest.mark.processes
 def test_run_sweep_finds_a_package_in_the_current_folder_and_config_dir_adds_configs(tmp_path, monkeypatch):
     """The sweep's process imports from the current folder (as `python -m` does): a notebook's own package next to
     it needs no PYTHONPATH; where it is absent the message says that the folder was searched."""

@@ -212,6 +212,7 @@ def worker(root: str, counter: str, barrier, results) -> None:
     results.put(ask(root, counter, barrier))
 
 
+@pytest.mark.processes
 def test_concurrent_processes_build_once(tmp_path):
     """Two processes (this one and a spawned one) ask for one key at once: one builds, the other waits.
 

@@ -104,6 +104,7 @@ def test_scratch_names_record_the_writer():
     assert match["host"] == writer_host() and int(match["pid"]) == os.getpid()
 
 
+@pytest.mark.processes
 def test_first_use_sweeps_the_leftovers_of_dead_writers_only(tmp_path):
     here, gone, old = writer_host(), dead_pid(), LEFTOVER_AGE_S + 3600
     removed = [
@@ -127,6 +128,7 @@ def test_first_use_sweeps_the_leftovers_of_dead_writers_only(tmp_path):
     assert (tmp_path / f"{OTHER}.lock").exists()
 
 
+@pytest.mark.processes
 def test_the_sweep_runs_once_per_cache_instance(tmp_path):
     cache = ModelCache(tmp_path)
     cache.get_or_build(KEY, Builder())
@@ -137,6 +139,7 @@ def test_the_sweep_runs_once_per_cache_instance(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.processes
 def test_publish_alone_sweeps_too(tmp_path):
     scratch(tmp_path, named("stale", writer_host(), dead_pid()))
     ModelCache(tmp_path).publish(KEY, small_state(), {})
@@ -144,6 +147,7 @@ def test_publish_alone_sweeps_too(tmp_path):
     assert (tmp_path / KEY / COMPLETE).exists()
 
 
+@pytest.mark.processes
 def test_a_failing_sweep_does_not_fail_the_job(tmp_path, monkeypatch, caplog):
     stuck = scratch(tmp_path, named("tmp", writer_host(), dead_pid()))
 
@@ -158,6 +162,7 @@ def test_a_failing_sweep_does_not_fail_the_job(tmp_path, monkeypatch, caplog):
     assert any(stuck in record.getMessage() for record in caplog.records)
 
 
+@pytest.mark.processes
 def test_an_unreadable_leftover_does_not_fail_the_job(tmp_path, monkeypatch):
     def broken(path, now):
         raise OSError(errno.EIO, "Input/output error", str(path))

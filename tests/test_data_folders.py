@@ -123,6 +123,7 @@ def test_image_folder_statistics_come_from_the_training_pool_and_bad_trees_fail_
         ImageFolder(name="image_folder", root=str(tmp_path), train_per_class=3)
 
 
+@pytest.mark.processes
 def test_pins_runs_end_to_end_through_the_console_script(tmp_path):
     write_pins(tmp_path / "data" / "pins", per_class=12)
     run = run_cli(["dataset=pins", "+method=ssd", "scenario.targets=[bill_gates]", "model.width=8", *TINY[1:]],

@@ -6,9 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from helpers import REPO
 
 
+@pytest.mark.processes
 def test_the_device_check_says_pass_or_cannot_with_the_reason(tmp_path):
     out = tmp_path / "check.md"
     run = subprocess.run([sys.executable, str(REPO / "benchmarks" / "device_check.py"), "--accelerator", "cpu",

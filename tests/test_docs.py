@@ -56,6 +56,7 @@ def build(folder: Path) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+@pytest.mark.processes
 def test_the_strict_build_passes_and_fails_on_each_kind_of_defect(site):
     built = build(site)
     assert built.returncode == 0, built.stderr

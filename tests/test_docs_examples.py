@@ -13,10 +13,13 @@ import sys
 import zipfile
 from pathlib import Path
 
+import forkserver
 import numpy as np
 import pandas as pd
 import pytest
 from helpers import REPO
+
+pytestmark = pytest.mark.processes  # every test here starts processes: the console script, ranks or a cluster
 
 EXAMPLE = REPO / "docs" / "examples" / "extending"
 BIN = Path(sys.executable).parent
@@ -30,7 +33,12 @@ def environment(pythonpath: bool) -> dict:
     return {**env, "PYTHONPATH": "."} if pythonpath else env
 
 
-def unlearnbench(project: Path, args: list[str], pythonpath: bool = True) -> subprocess.CompletedProcess:
+def unlearnbench(project: Path, args: list[str], pythonpath: bool = True,
+                 fork: bool = True) -> subprocess.CompletedProcess:
+    """The console script in the project folder: forked from the test's fork server (forkserver.py: the same
+    process without the imports), or with `fork=False` the installed script as the user's shell starts it."""
+    if fork:
+        return forkserver.run("unlearnbench", args, project, environment(pythonpath), timeout=600)
     return subprocess.run([str(BIN / "unlearnbench"), *args], cwd=project, env=environment(pythonpath),
                           capture_output=True, text=True, timeout=600)
 
@@ -50,7 +58,7 @@ def project(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def together(project) -> tuple[subprocess.CompletedProcess, dict, pd.DataFrame]:
     """The page's "all three together" command."""
-    run = unlearnbench(project, [*TOGETHER, "hydra.sweep.dir=sweep"])
+    run = unlearnbench(project, [*TOGETHER, "hydra.sweep.dir=sweep"], fork=False)
     (path,) = (project / "sweep").glob("*/result.json")
     return run, json.loads(path.read_text()), pd.read_parquet(path.parent / "examples.parquet")
 

@@ -46,6 +46,7 @@ def test_conf_is_the_logit_scaled_confidence_and_finite_at_logit_gaps_of_1000():
     assert loss[2] == pytest.approx(-math.log(p[2]), abs=1e-12)
 
 
+@pytest.mark.processes
 def test_every_job_holds_the_same_examples_and_one_forget_set(sweep):
     folders = sorted(p.parent for p in sweep.glob("*/result.json"))
     assert len(folders) == 7
@@ -69,6 +70,7 @@ def test_every_job_holds_the_same_examples_and_one_forget_set(sweep):
     assert not set(forget) & set(retain)
 
 
+@pytest.mark.processes
 def test_the_report_scores_each_pool_and_the_gold_standard_as_constructed(sweep):
     quality = pd.read_csv(sweep / "report" / "forget_quality.csv")
     pools = set(zip(quality["design"], quality["seed_train"].fillna(-1).astype(int), strict=True))
@@ -86,6 +88,7 @@ def test_the_report_scores_each_pool_and_the_gold_standard_as_constructed(sweep)
     assert list((sweep / "report" / "figures").glob("forget_quality_*.png"))
 
 
+@pytest.mark.processes
 def test_a_damaged_examples_file_fails_its_job_with_a_reason_and_another_forget_set_is_left_out(sweep, tmp_path):
     from unlearnbench.report.build import build_report
 
@@ -152,6 +155,7 @@ def test_the_forget_seed_defaults_to_the_unlearning_seed_and_examples_leave_the_
     assert forget_set(again) == forget_set(default)  # another unlearning seed, the same forget seed: one D_f
 
 
+@pytest.mark.processes
 def test_results_carry_the_forget_seed(sweep):
     fields = {name: result["job"] for name, result in results(sweep).items()}
     assert {job["seed_forget"] for job in fields.values()} == {0}
@@ -219,6 +223,7 @@ def test_a_pool_that_cannot_be_scored_is_a_warning_and_the_others_are_scored():
         (r.method, r.design, None if pd.isna(r.seed_train) else int(r.seed_train)) for r in found.quality.itertuples()}
 
 
+@pytest.mark.processes
 def test_the_docs_table_has_a_row_per_method_with_both_designs(sweep):
     import importlib.util
 

@@ -1,6 +1,6 @@
 """Fault injection into jobs and sweeps: a crashing or diverging method among the others, non-finite values, a full
-disk, options out of range, unsafe names, interruption. Each stays one failure, said in one line; nothing already
-written is lost or half-written."""
+disk, options out of range, unsafe names (interruptions: test_interrupts.py). Each stays one failure, said in one
+line; nothing already written is lost or half-written."""
 
 from __future__ import annotations
 
@@ -8,10 +8,7 @@ import json
 import math
 import os
 import re
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -52,6 +49,7 @@ def all_methods_job(tmp_path_factory):
     return run, result
 
 
+@pytest.mark.processes
 def test_one_crashing_and_one_diverging_method_leave_the_others_scored(all_methods_job):
     _, result = all_methods_job
     assert result["status"] == "complete" and result["error"] is None
@@ -69,6 +67,7 @@ def test_one_crashing_and_one_diverging_method_leave_the_others_scored(all_metho
     assert not any(r["method"] == "crashing" for r in result["records"])
 
 
+@pytest.mark.processes
 def test_method_failures_are_reported_in_one_line_each_and_the_sweep_exits_non_zero(all_methods_job):
     run, _ = all_methods_job
     assert run.returncode == 1
@@ -93,6 +92,7 @@ def test_gradient_ascent_at_a_huge_learning_rate_diverges_alone(tmp_path):
     assert len(finetuned) == 4 and all(0 <= v <= 1 for v in finetuned)
 
 
+@pytest.mark.processes
 def test_a_job_whose_every_method_failed_is_failed_with_the_first_reason(tmp_path):
     run = run_with_faulty([f"--config-dir={faulty_config_dir(tmp_path)}", "+method=crashing", *TINY], tmp_path)
     ((_, result),) = results(tmp_path / "sweep").items()
@@ -128,6 +128,7 @@ def test_a_result_that_cannot_be_written_stops_with_one_line_and_leaves_nothing_
     assert sorted(p.name for p in path.parent.iterdir()) == ["result.json"]  # no temporary file left
 
 
+@pytest.mark.processes
 def test_a_full_disk_stops_the_sweep_with_one_line_and_no_half_written_file(tmp_path):
     with mounted_tmpfs(tmp_path / "disk", "1m") as disk:
         conf = faulty_config_dir(tmp_path, fill_disk={"_target_": "faulty.FillingDisk", "name": "fill_disk",
@@ -145,6 +146,7 @@ def test_a_full_disk_stops_the_sweep_with_one_line_and_no_half_written_file(tmp_
         assert not [p for p in job.iterdir() if p.name.endswith(".tmp")]  # the temporary result was removed
 
 
+@pytest.mark.processes
 def test_options_out_of_range_fail_before_any_job_with_one_line(tmp_path):
     bad = ["train.epochs=0", "seeds.train=-1", "train.batch_size=0", "runtime.threads=0",
            "evaluation.mia_loss_folds=1", "strategy.devices=0", "runtime.matmul_precision=bogus", "train.lr=-0.1"]
@@ -163,6 +165,7 @@ def test_options_out_of_range_fail_before_any_job_with_one_line(tmp_path):
     (["experiment=seed_sensitivity", "study.J=0"], "study.J=0 is not valid; valid: >= 1"),
     (["+method=finetune", "method.name=../../escaped"], "method.name='../../escaped' must be letters"),
 ])
+@pytest.mark.processes
 def test_bad_method_options_study_sizes_and_names_fail_before_any_job(tmp_path, args, message):
     run = run_cli(args, tmp_path)
     assert run.returncode == 1 and "Traceback" not in run.stderr
@@ -170,6 +173,7 @@ def test_bad_method_options_study_sizes_and_names_fail_before_any_job(tmp_path, 
     assert not (tmp_path / "sweep").exists() and not (tmp_path.parent / "escaped").exists()
 
 
+@pytest.mark.processes
 def test_a_swept_unsafe_name_stays_inside_the_sweep_folder(tmp_path):
     run = run_cli(["+method=retrain", "method.name=retrain,../../escaped", *TINY], tmp_path)
     assert run.returncode == 1
@@ -179,11 +183,13 @@ def test_a_swept_unsafe_name_stays_inside_the_sweep_folder(tmp_path):
     assert "must be letters, digits" in run.stderr
 
 
+@pytest.mark.processes
 def test_an_empty_sweep_is_an_error_not_a_silent_success(tmp_path):
     run = run_cli(["seeds.train=range(0)"], tmp_path)
     assert run.returncode == 1 and "the sweep ran no job" in run.stderr and "Traceback" not in run.stderr
 
 
+@pytest.mark.processes
 def test_a_sweep_folder_that_cannot_be_created_is_one_line(tmp_path):
     (tmp_path / "a_file").write_text("")
     run = run_cli([f"hydra.sweep.dir={tmp_path / 'a_file' / 'sweep'}"], tmp_path)
@@ -191,22 +197,3 @@ def test_a_sweep_folder_that_cannot_be_created_is_one_line(tmp_path):
     assert run.stderr.strip() == (f"unlearnbench: cannot create the sweep folder {tmp_path / 'a_file' / 'sweep'}: "
                                   f"{tmp_path / 'a_file'} is not a folder; choose another with hydra.sweep.dir=DIR")
 
-
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_interrupting_a_sweep_is_one_line_and_keeps_finished_jobs(tmp_path, signum):
-    command = [str(Path(sys.executable).parent / "unlearnbench"), "+method=retrain", "seeds.train=0,1,2,3", *TINY,
-               f"hydra.sweep.dir={tmp_path / 'sweep'}", f"paths.cache_dir={tmp_path / 'cache'}"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                               env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    deadline = time.time() + 300
-    while not list((tmp_path / "sweep").glob("*/result.json")) and time.time() < deadline:
-        time.sleep(0.2)  # interrupt once the first job has finished
-    process.send_signal(signum)
-    stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr
-    assert "Traceback" not in stderr + stdout
-    assert stderr.strip().splitlines()[-1].startswith("unlearnbench: interrupted; finished jobs are kept")
-    finished = results(tmp_path / "sweep")
-    assert finished and all(r["status"] == "complete" for r in finished.values())
-    resumed = run_cli(["+method=retrain", "seeds.train=0,1,2,3", *TINY], tmp_path)
-    assert resumed.returncode == 0 and len(results(tmp_path / "sweep")) == 4

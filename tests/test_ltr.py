@@ -260,6 +260,7 @@ FAST = ["experiment=foltr", "scenario.rounds=40", "scenario.unlearning_rounds=30
         "dataset.test_queries=40"]
 
 
+@pytest.mark.processes
 def test_foltr_sweep_over_training_seeds_reports_trajectories_for_every_method(tmp_path):
     run = run_cli([*FAST, "seeds.train=range(3)"], tmp_path)
     assert run.returncode == 0, run.stderr
@@ -289,6 +290,7 @@ def test_foltr_sweep_over_training_seeds_reports_trajectories_for_every_method(t
     assert sum("**" in cell for cell in ndcg_cells) >= 1  # closest to fed_retrain's NDCG@10 is marked
 
 
+@pytest.mark.processes
 def test_foltr_seed_grid_separates_training_and_unlearning_seed_variance(tmp_path):
     run = run_cli([*FAST, "+method=fedremove,fed_finetune", "seeds.train=range(2)", "seeds.unlearn=range(2)"],
                   tmp_path)
@@ -309,6 +311,7 @@ def test_foltr_seed_grid_separates_training_and_unlearning_seed_variance(tmp_pat
     (["experiment=foltr", "dataset=mq2007"], "MQ2007/Fold1/train.txt"),
     (["experiment=foltr", "scenario.click_model=lazy"], "unknown click model 'lazy'; valid: perfect"),
 ])
+@pytest.mark.processes
 def test_task_mismatches_and_missing_files_fail_clearly(tmp_path, args, message):
     run = run_cli(args, tmp_path)
     assert run.returncode != 0 and message in run.stderr and "Traceback" not in run.stderr

@@ -189,6 +189,7 @@ class ExplodingRanker(FederatedMethod):
         return Rounds([trained.final] * 9 + [nan] * (task.rounds - 9), [0.5] * task.rounds)
 
 
+@pytest.mark.processes
 def test_a_diverging_method_is_a_failure_with_null_metrics_and_the_others_are_scored(tmp_path):
     conf = tmp_path / "user_conf" / "method"
     conf.mkdir(parents=True)

@@ -3,6 +3,7 @@ script, and UNSIR's noise steps, which run backward passes through a DDP model w
 
 from __future__ import annotations
 
+import pytest
 import torch
 from helpers import REPO, TINY, make_task, results, run_cli
 from lightning_fabric import Fabric
@@ -14,6 +15,8 @@ from unlearnbench.data.scenarios import FullClass
 from unlearnbench.methods.unsir import Unsir, optimise_noise
 from unlearnbench.models.resnet import ResNet18
 from unlearnbench.runtime.ranks import launch
+
+pytestmark = pytest.mark.processes  # every test here starts processes: the console script, ranks or a cluster
 
 METHODS = {"finetune", "retrain", "bad_teacher", "random_labels", "unsir", "ssd", "lfssd", "gradient_ascent",
            "neggrad_plus", "scrub", "salun", "l1_sparse"}

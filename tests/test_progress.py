@@ -139,12 +139,14 @@ def on_a_terminal(live: bool, **env: str) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
+@pytest.mark.processes
 def test_a_terminal_gets_a_live_bar_instead_of_epoch_lines():
     shown = on_a_terminal(live=True)
     assert "END" in shown and "probe run" in shown and "━" in shown  # rich's bar
     assert "probe run: epoch 1/3" not in shown  # the bar says it; the job's log file keeps the lines
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("live", "env"), [(True, {"CI": "true"}), (False, {})])
 def test_under_ci_or_with_progress_off_no_bar_is_drawn(live, env):
     shown = on_a_terminal(live=live, **env)

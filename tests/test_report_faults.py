@@ -216,6 +216,7 @@ def test_failed_methods_are_listed_after_the_failed_jobs(built):
     assert statuses["digits_t0_u1"] == statuses["digits_t1_u3"] == "complete"
 
 
+@pytest.mark.processes
 def test_console_script_reports_the_bad_files_without_a_traceback(sweep, tmp_path):
     run = run_cli([str(sweep), "--out", str(tmp_path / "report"), "--no-figures"], tmp_path,
                   program="unlearnbench-report")
@@ -307,6 +308,7 @@ def tiny_disk(request, tmp_path):
         yield folder, figures
 
 
+@pytest.mark.processes
 def test_a_real_full_disk_stops_the_build_with_one_line_and_leaves_no_part(reference, tiny_disk):
     sweep, expected = reference
     folder, figures = tiny_disk

@@ -7,11 +7,10 @@ import contextlib
 import json
 import math
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+import forkserver
 import pandas as pd
 import pytest
 from helpers import TINY, results, run_cli
@@ -86,6 +85,7 @@ def rows(frame: pd.DataFrame, **match) -> pd.DataFrame:
     return frame
 
 
+@pytest.mark.processes
 def test_constructed_report_writes_every_file_and_names_failed_jobs(constructed):
     _, report, run, _ = constructed
     assert run.returncode == 0, run.stderr
@@ -100,6 +100,7 @@ def test_constructed_report_writes_every_file_and_names_failed_jobs(constructed)
     assert set(table["status"]) == {"complete", "failed"}
 
 
+@pytest.mark.processes
 def test_summary_holds_mean_std_n_across_seeds(constructed):
     _, report, _, _ = constructed
     summary = pd.read_csv(report / "summary.csv")
@@ -117,6 +118,7 @@ def test_summary_holds_mean_std_n_across_seeds(constructed):
     assert ndcg["mean"].iloc[3] == pytest.approx((0.3 + 0.000 + 0.3 + 0.001 + 0.31 + 0.002) / 3)
 
 
+@pytest.mark.processes
 def test_table_averages_over_unlearning_seeds_first(constructed):
     _, report, _, _ = constructed
     table = pd.read_csv(report / "table.csv")
@@ -127,6 +129,7 @@ def test_table_averages_over_unlearning_seeds_first(constructed):
     assert (alpha["I"], alpha["n"]) == (3, 6)
 
 
+@pytest.mark.processes
 def test_seed_variance_matches_the_hand_computed_grid(constructed):
     _, report, _, _ = constructed
     variance = pd.read_csv(report / "seed_variance.csv")
@@ -146,6 +149,7 @@ def test_seed_variance_matches_the_hand_computed_grid(constructed):
     assert "unbalanced grid" in ndcg["warnings"]
 
 
+@pytest.mark.processes
 def test_wasserstein_rows_compare_each_training_seed_with_the_multi_seed_design(constructed):
     _, report, _, _ = constructed
     by_seed = rows(pd.read_csv(report / "wasserstein_by_seed.csv"), method="alpha", metric="delta_acc")
@@ -165,6 +169,7 @@ def test_wasserstein_rows_compare_each_training_seed_with_the_multi_seed_design(
     assert rows(pd.read_csv(report / "wasserstein.csv"), dataset="mq2007").empty  # 2 training seeds: B₋ᵢ too small
 
 
+@pytest.mark.processes
 def test_per_seed_variances_ranks_and_seed_plan_of_the_constructed_grid(constructed):
     _, report, _, _ = constructed
     by_seed = rows(pd.read_csv(report / "seed_variance_by_seed.csv"), metric="delta_acc")
@@ -195,6 +200,7 @@ def test_per_seed_variances_ranks_and_seed_plan_of_the_constructed_grid(construc
     assert bad.returncode == 2 and "must be a positive number" in bad.stderr
 
 
+@pytest.mark.processes
 def test_report_md_marks_the_best_method_warns_and_lists_failed_jobs(constructed):
     _, report, _, _ = constructed
     text = (report / "report.md").read_text()
@@ -210,6 +216,7 @@ def test_report_md_marks_the_best_method_warns_and_lists_failed_jobs(constructed
     assert "](figures/designs_digits_resnet18_full_class_acc_forget_test.png)" in text
 
 
+@pytest.mark.processes
 def test_figures_are_png_files(constructed):
     _, report, _, _ = constructed
     names = {p.name for p in (report / "figures").glob("*.png")}
@@ -223,6 +230,7 @@ def test_figures_are_png_files(constructed):
         assert content.startswith(PNG) and len(content) > 5000, path.name
 
 
+@pytest.mark.processes
 def test_report_is_reproducible(constructed):
     root, report, _, again = constructed
     assert again.returncode == 0, again.stderr
@@ -252,23 +260,24 @@ def real(tmp_path_factory):
     reported, then run again into the same folder to completion."""
     tmp_path = tmp_path_factory.mktemp("real")
     sweep = tmp_path / "sweep"
-    command = [str(Path(sys.executable).parent / "unlearnbench"), *SWEEP, f"hydra.sweep.dir={sweep}",
-               f"paths.cache_dir={tmp_path / 'cache'}", f"paths.data_dir={tmp_path / 'data'}"]
-    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    args = [*SWEEP, f"hydra.sweep.dir={sweep}", f"paths.cache_dir={tmp_path / 'cache'}",
+            f"paths.data_dir={tmp_path / 'data'}"]
+    process = forkserver.Forked(forkserver.server(), "unlearnbench", args, tmp_path,
+                                {**os.environ, "PYTHONWARNINGS": "ignore"})
     deadline = time.monotonic() + 300
     try:
         while complete_results(sweep) < 1 and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
     finally:
         process.kill()
-        process.wait()
+        process.communicate()
     finished = complete_results(sweep)
     partial = run_cli([str(sweep), "--out", str(tmp_path / "partial")], tmp_path, program="unlearnbench-report")
     resumed = run_cli(SWEEP, tmp_path)
     return tmp_path, sweep, finished, partial, resumed
 
 
+@pytest.mark.processes
 def test_killed_sweep_reports_its_finished_jobs(real):
     tmp_path, _, finished, partial, _ = real
     assert 1 <= finished < 18
@@ -278,6 +287,7 @@ def test_killed_sweep_reports_its_finished_jobs(real):
     assert "Jobs: " + str(finished) in (tmp_path / "partial" / "report.md").read_text()
 
 
+@pytest.mark.processes
 def test_running_the_sweep_again_completes_it_and_the_report_covers_every_job(real):
     _, sweep, finished, _, resumed = real
     assert resumed.returncode == 0, resumed.stderr
@@ -292,6 +302,7 @@ def test_running_the_sweep_again_completes_it_and_the_report_covers_every_job(re
     assert f"report: {sweep / 'report'}" in resumed.stdout
 
 
+@pytest.mark.processes
 def test_real_sweep_report_files_and_statistics(real):
     _, sweep, _, _, _ = real
     report = sweep / "report"

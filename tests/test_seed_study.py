@@ -36,6 +36,7 @@ def study(tmp_path_factory):
     return root / "study", run
 
 
+@pytest.mark.processes
 def test_the_study_runs_both_designs_and_reports_them_together(study):
     folder, run = study
     assert run.returncode == 0, run.stderr[-3000:]
@@ -50,6 +51,7 @@ def test_the_study_runs_both_designs_and_reports_them_together(study):
     assert set(by_seed["seed_train"]) == {0} and set(by_seed["n_B"]) == {2}  # A(0) against B without seed 0
 
 
+@pytest.mark.processes
 def test_the_printed_table_shows_ssd_constant_across_unlearning_seeds(study):
     _, run = study
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
@@ -74,6 +76,7 @@ def test_the_docs_show_the_studys_figure_and_generated_table():
 
 
 
+@pytest.mark.processes
 def test_methods_option_rejects_unknown_names_and_the_combination_with_plus_method(tmp_path):
     unknown = run_cli(["methods=[ssd,nonesuch]", *TINY], tmp_path)
     assert unknown.returncode != 0

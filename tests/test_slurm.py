@@ -17,8 +17,11 @@ import sys
 import time
 from pathlib import Path
 
+import forkserver
 import pytest
 from helpers import REPO, TINY, results
+
+pytestmark = pytest.mark.processes  # every test here starts processes: the console script, ranks or a cluster
 
 TESTS = Path(__file__).resolve().parent
 CLUSTER = REPO / "scripts" / "slurm" / "cluster.sh"
@@ -67,8 +70,14 @@ def command(args: list[str], root: Path, sweep: str, cache: str = "cache") -> li
 
 def sweep(args: list[str], root: Path, env: dict, sweep: str, cache: str = "cache",
           timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(command(args, root, sweep, cache), capture_output=True, text=True, timeout=timeout,
-                          cwd=root, env=env)
+    """The sweep's submitting process, forked from the test's fork server (forkserver.py); its array's tasks are
+    the processes SLURM starts."""
+    return forkserver.run("unlearnbench", command(args, root, sweep, cache)[1:], root, env, timeout=timeout)
+
+
+def submitting(command: list[str], root: Path, env: dict) -> forkserver.Forked:
+    """A sweep's submitting process left running (`Popen`-like), forked as `sweep` forks it."""
+    return forkserver.Forked(forkserver.server(), "unlearnbench", command[1:], root, env)
 
 
 def science(result: dict) -> list[dict]:
@@ -96,7 +105,7 @@ def gated(root: Path, hold: int) -> list[str]:
     return [f"--config-dir={root / 'user_conf'}", "+method=gated"]
 
 
-def held_job(root: Path, seed: int, sweep: subprocess.Popen) -> str:
+def held_job(root: Path, seed: int, sweep: forkserver.Forked) -> str:
     """The SLURM job id of the held job, once it has reached the gate."""
     marker = root / f"started-{seed}"
     wait_until(lambda: marker.exists() or sweep.poll() is not None, 240, "the held job to start its method")
@@ -105,39 +114,38 @@ def held_job(root: Path, seed: int, sweep: subprocess.Popen) -> str:
 
 
 def test_a_seed_sweep_runs_as_one_array_with_the_local_launchers_records(cluster, tmp_path):
-    args = [*TINY, "+method=finetune", "seeds.train=0,1", "seeds.unlearn=0,1"]
+    """Two jobs that need the same M_o, as one array of two tasks running at once on the node's two cores."""
+    args = [*TINY, "+method=finetune", "seeds.train=0", "seeds.unlearn=0,1"]
     on_slurm = sweep([*args, *SLURM], tmp_path, cluster, "slurm", cache="cache_slurm")
     assert on_slurm.returncode == 0, on_slurm.stderr[-3000:]
     local = sweep(args, tmp_path, cluster, "local", cache="cache_local")
     assert local.returncode == 0, local.stderr[-3000:]
     slurm_results, local_results = by_seeds(tmp_path / "slurm"), by_seeds(tmp_path / "local")
-    assert len(slurm_results) == 4 and slurm_results.keys() == local_results.keys()
+    assert len(slurm_results) == 2 and slurm_results.keys() == local_results.keys()
     for seeds, result in slurm_results.items():
         assert result["status"] == "complete"
         assert science(result) == science(local_results[seeds]), seeds  # bit for bit
-    # one array of four tasks: every job's submitit folder is <array id>_<task>
+    # one array of two tasks: every job's submitit folder is <array id>_<task>
     tasks = [p.name for p in (tmp_path / "slurm" / ".submitit").glob("[0-9]*_[0-9]*")]
-    assert len(tasks) == 4 and len({task.split("_")[0] for task in tasks}) == 1, tasks
+    assert len(tasks) == 2 and len({task.split("_")[0] for task in tasks}) == 1, tasks
     # the submitting side counts the jobs as SLURM finishes them
     counts = [line for line in on_slurm.stdout.splitlines() if re.match(r"\[\d+/\d+ done", line)]
-    assert [line.split("/")[0] for line in counts] == ["[1", "[2", "[3", "[4"] and counts[-1] == "[4/4 done]"
+    assert [line.split("/")[0] for line in counts] == ["[1", "[2"] and counts[-1] == "[2/2 done]"
     # the report is built once, on the submitting side, after the last job
     report = tmp_path / "slurm" / "report" / "report.md"
     assert report.exists() and not list((tmp_path / "slurm").glob("*/report"))
     assert report.stat().st_mtime >= max(p.stat().st_mtime for p in (tmp_path / "slurm").glob("*/result.json"))
-    # the two jobs of a training seed ran at the same time and trained M_o once: the cache's lock holds across tasks
-    for seed in (0, 1):
-        pair = [slurm_results[seed, 0], slurm_results[seed, 1]]
-        assert pair[0]["started"] <= pair[1]["finished"] and pair[1]["started"] <= pair[0]["finished"]
-        assert sorted(r["cache"]["original"]["hit"] for r in pair) == [False, True]
+    # the two jobs ran at the same time and trained M_o once: the cache's lock holds across tasks
+    pair = [slurm_results[0, 0], slurm_results[0, 1]]
+    assert pair[0]["started"] <= pair[1]["finished"] and pair[1]["started"] <= pair[0]["finished"]
+    assert sorted(r["cache"]["original"]["hit"] for r in pair) == [False, True]
 
 
 def test_a_requeued_job_completes_on_its_second_start(cluster, tmp_path):
     """Preemption as SLURM does it: the running job is killed and requeued; its second start reuses the models it
     had published, the other job is not rerun, and no cache entry is left half-written."""
-    running = subprocess.Popen(command([*gated(tmp_path, hold=1), *TINY, *SLURM, "seeds.train=0,1"], tmp_path,
-                                       "sweep"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=tmp_path, env=cluster)
+    running = submitting(command([*gated(tmp_path, hold=1), *TINY, *SLURM, "seeds.train=0,1"], tmp_path, "sweep"),
+                         tmp_path, cluster)
     try:
         job = held_job(tmp_path, seed=1, sweep=running)
         subprocess.run(["scontrol", "requeue", job], check=True, env=cluster, timeout=30)
@@ -167,8 +175,7 @@ def test_a_requeued_job_completes_on_its_second_start(cluster, tmp_path):
 
 def test_a_cancelled_job_fails_the_sweep_promptly_and_a_rerun_resumes(cluster, tmp_path):
     args = command([*gated(tmp_path, hold=1), *TINY, *SLURM, "seeds.train=0,1"], tmp_path, "sweep")
-    running = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                               env=cluster)
+    running = submitting(args, tmp_path, cluster)
     try:
         job = held_job(tmp_path, seed=1, sweep=running)
         subprocess.run(["scancel", job], check=True, env=cluster, timeout=30)
@@ -187,7 +194,7 @@ def test_a_cancelled_job_fails_the_sweep_promptly_and_a_rerun_resumes(cluster, t
     report = (tmp_path / "sweep" / "report" / "report.md").read_text()
     assert "_gated_t1_u1_e1" in report and "CANCELLED" in report
 
-    again = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=cluster)
+    again = forkserver.run("unlearnbench", args[1:], tmp_path, cluster, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     done = results(tmp_path / "sweep")
     assert [r["status"] for r in done.values()] == ["complete", "complete"]

@@ -20,6 +20,7 @@ TINY_VIT = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
 TINY_VIT_ARG = "model.config={" + ",".join(f"{k}:{v}" for k, v in TINY_VIT.items()) + "}"
 
 
+@pytest.mark.processes
 def test_every_method_runs_on_a_tiny_vit_on_pins_through_the_console_script(tmp_path):
     write_pins(tmp_path / "data" / "pins", per_class=12)
     run = run_cli(["dataset=pins", "model=vit", "model.pretrained=null", TINY_VIT_ARG, "model.input_size=32",

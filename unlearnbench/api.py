@@ -107,14 +107,15 @@ def run_command(command: list[str], quiet: bool) -> tuple[int, list[str]]:
     lines. Ctrl-C here is passed on to the sweep, which stops its jobs, and then raised."""
     environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
     last_lines: deque[str] = deque(maxlen=20)
-    # Its own session: a terminal's Ctrl-C reaches this process only, which passes one SIGINT on (a notebook's
-    # interrupt reaches only this process anyway).
+    # Its own session: a terminal's Ctrl-C reaches this process only, which passes the stop on (a notebook's
+    # interrupt reaches only this process anyway) as SIGTERM, which the sweep takes as it takes Ctrl-C: a SIGINT
+    # would be lost where this process was started with SIGINT ignored (a background job), as the sweep then is.
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
                           env=environment, start_new_session=True) as process:
         try:
             echo(process.stdout, last_lines, quiet)
         except KeyboardInterrupt:
-            process.send_signal(signal.SIGINT)
+            process.send_signal(signal.SIGTERM)
             echo(process.stdout, last_lines, quiet)  # to its end: what was kept, how to resume
             process.wait()
             raise

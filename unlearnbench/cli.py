@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -80,13 +79,16 @@ def register_launchers() -> None:
     Plugins.instance().register(SlurmLauncher)
 
 
-def interrupted(signum: int, frame) -> None:
-    """SIGTERM ends a sweep as Ctrl-C does."""
-    raise KeyboardInterrupt
+INTERRUPTED = ("\nunlearnbench: interrupted; finished jobs are kept (each job's result.json is written whole or not at "
+               "all): rerun the same command with the same hydra.sweep.dir to resume\n")
 
 
 def main() -> None:
-    """`unlearnbench [overrides]`: one job per seed combination; exits non-zero if any job failed."""
+    """`unlearnbench [overrides]`: one job per seed combination; exits non-zero if any job failed. Ctrl-C or
+    SIGTERM stops the sweep at the next safe point (runtime/interrupt.py) and exits 130."""
+    from unlearnbench.runtime import interrupt
+
+    interrupt.install()
     if not wants_own_mode(sys.argv[1:]):
         sys.argv.insert(1, "--multirun")
     sweeps = any(a in ("-m", "--multirun") for a in sys.argv[1:])
@@ -94,13 +96,14 @@ def main() -> None:
     if message:
         sys.exit(message)
     register_launchers()
-    signal.signal(signal.SIGTERM, interrupted)
     logging.raiseExceptions = False  # a log line that cannot be written (a full disk) must not print a traceback
     try:
         hydra_job()
     except KeyboardInterrupt:
-        sys.stderr.write("\nunlearnbench: interrupted; finished jobs are kept (each job's result.json is written "
-                         "whole or not at all): rerun the same command with the same hydra.sweep.dir to resume\n")
+        sys.stderr.write(INTERRUPTED)
+        sys.exit(130)
+    if interrupt.requested is not None:  # asked for after the last safe point: the sweep had nothing left to do
+        sys.stderr.write(INTERRUPTED)
         sys.exit(130)
     from unlearnbench.report.callback import failed_jobs
 

@@ -42,7 +42,7 @@ from unlearnbench.files import WriteError, remove_file, write_atomically
 from unlearnbench.methods.base import Method, UnlearningTask
 from unlearnbench.metrics.examples import ExampleTable
 from unlearnbench.metrics.scoring import Evaluator, Outputs, Scorer
-from unlearnbench.runtime import progress
+from unlearnbench.runtime import interrupt, progress
 from unlearnbench.runtime.cache import ModelCache
 from unlearnbench.runtime.evaluate import evaluation_batch_size
 from unlearnbench.runtime.fabric import make_fabric, quiet_known_warnings
@@ -569,6 +569,7 @@ def run_job(cfg: DictConfig) -> dict:
     """Run one job into its Hydra output folder, unless its result is already complete there (resumption)."""
     from hydra.core.hydra_config import HydraConfig
 
+    interrupt.check()  # asked for while Hydra composed this job: it does not start
     folder = Path(HydraConfig.get().runtime.output_dir)
     path = folder / "result.json"
     if finished(path):

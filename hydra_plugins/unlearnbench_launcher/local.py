@@ -160,7 +160,7 @@ class LocalLauncher(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from joblib import Parallel, delayed
 
-        from unlearnbench.runtime import progress
+        from unlearnbench.runtime import interrupt, progress
 
         sweep = Path(str(self.config.hydra.sweep.dir))
         sweep.mkdir(parents=True, exist_ok=True)
@@ -175,11 +175,12 @@ class LocalLauncher(Launcher):
         returns: list[JobReturn | None] = [None] * len(job_overrides)
         finished = Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered")(calls)
         try:
-            for index, returned in finished:
-                returns[index - initial_job_idx] = returned
-                progress.job_finished(returned._return_value if returned.status == JobStatus.COMPLETED else None,
-                                      by_launcher=True)
-        except BaseException:  # Ctrl-C or SIGTERM between two results: end the pool's work and workers now
+            with interrupt.immediately():  # this process only waits: Ctrl-C or SIGTERM stops it at once
+                for index, returned in finished:
+                    returns[index - initial_job_idx] = returned
+                    progress.job_finished(returned._return_value if returned.status == JobStatus.COMPLETED
+                                          else None, by_launcher=True)
+        except BaseException:  # interrupted, or the pool failed: end the pool's work and workers now
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 finished.close()

@@ -25,6 +25,10 @@ from omegaconf import DictConfig, open_dict
 
 log = logging.getLogger(__name__)
 POLL_S = 2.0  # how often the submitting host looks for finished jobs (submitit rate-limits its sacct calls itself)
+# A job that SLURM ended leaves no result file: submitit learns of it from sacct, which it asks at intervals that
+# grow to half the time it has been watching, up to 10 min; a job cancelled an hour into a sweep would fail the
+# sweep half an hour later. One sacct call per sweep every WATCH_S at most is a light load on slurmdbd.
+WATCH_S = 10
 
 KILLED = ("the job was cancelled, exceeded its time limit or memory, or its node failed; its log: {log} (rerun the "
           "same command to resume: finished jobs are skipped)")
@@ -47,9 +51,11 @@ class SlurmLauncher(SubmititSlurmLauncher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         import submitit
         import submitit.helpers
+        from submitit.slurm.slurm import SlurmInfoWatcher, SlurmJob
 
-        from unlearnbench.runtime import progress
+        from unlearnbench.runtime import interrupt, progress
 
+        SlurmJob.watcher = SlurmInfoWatcher(delay_s=WATCH_S)
         executor = self.executor()
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         numbers = range(initial_job_idx, initial_job_idx + len(job_overrides))
@@ -60,15 +66,16 @@ class SlurmLauncher(SubmititSlurmLauncher):
         position = {job.job_id: i for i, job in enumerate(jobs)}
         progress.launcher_reports = True
         returns: list[JobReturn | None] = [None] * len(jobs)
-        for job in submitit.helpers.as_completed(jobs, poll_frequency=POLL_S):  # the sweep's count as jobs end
-            overrides, _, num, *_ = arguments[position[job.job_id]]
-            try:
-                returned = job.results()[0]
-            except submitit.core.utils.UncompletedJobError:
-                returned = self.killed(job, overrides, num)
-            returns[position[job.job_id]] = returned
-            progress.job_finished(returned._return_value if returned.status == JobStatus.COMPLETED else None,
-                                  by_launcher=True)
+        with interrupt.immediately():  # this process only waits (the array's tasks go on: scancel stops them)
+            for job in submitit.helpers.as_completed(jobs, poll_frequency=POLL_S):  # the count as jobs end
+                overrides, _, num, *_ = arguments[position[job.job_id]]
+                try:
+                    returned = job.results()[0]
+                except submitit.core.utils.UncompletedJobError:
+                    returned = self.killed(job, overrides, num)
+                returns[position[job.job_id]] = returned
+                progress.job_finished(returned._return_value if returned.status == JobStatus.COMPLETED else None,
+                                      by_launcher=True)
         return returns
 
     def executor(self):

@@ -17,6 +17,7 @@ from unlearnbench.errors import UserError
 from unlearnbench.ltr import pdgd
 from unlearnbench.ltr.data import LetorData, Queries
 from unlearnbench.ltr.pdgd import DEPTH, ClickModel, click_model
+from unlearnbench.runtime import interrupt
 
 
 @dataclass(frozen=True)
@@ -207,10 +208,12 @@ def run_rounds(simulator: Simulator, start: np.ndarray, queries: Callable[[Seque
                clients: Sequence[int], rngs: Sequence[np.random.Generator], behaviours: Sequence[Behaviour],
                rounds: int, keep_locals: bool = False) -> Rounds:
     """`rounds` rounds of FedAvg over `clients`: local steps from the global model on `queries(clients)` (C × q
-    query indices per round), then the plain mean of the local models."""
+    query indices per round), then the plain mean of the local models. Every round is a safe point for an
+    interrupt (runtime/interrupt.py)."""
     result = Rounds()
     weights = start
     for _ in range(rounds):
+        interrupt.check()
         local, online = simulator.local_models(weights, queries(clients), [rngs[k] for k in clients],
                                                [behaviours[k] for k in clients])
         weights = fedavg(local)

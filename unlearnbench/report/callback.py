@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 
 from unlearnbench.files import WriteError
 from unlearnbench.report.build import build_report, failed_methods, failure_lines, method_failure_lines
+from unlearnbench.runtime import interrupt
 
 failed_jobs: list[dict] = []  # read by the console script after Hydra returns
 
@@ -38,8 +39,9 @@ def report(folder: Path, config: DictConfig) -> None:
     print("report: started", flush=True)
     start = time.perf_counter()
     try:
-        built = build_report([folder], folder / "report", target_se=config.report.target_se,
-                             forget_permutations=config.report.permutations)
+        with interrupt.immediately():  # it reads the files on disk and writes each of its own whole
+            built = build_report([folder], folder / "report", target_se=config.report.target_se,
+                                 forget_permutations=config.report.permutations)
     except WriteError as error:  # a full disk or a read-only folder: one line, the results stay on disk
         announce([{"folder": str(folder / "report"), "error": f"the report was not written: {error}"}], 1)
         return
@@ -106,12 +108,14 @@ class ReportCallback(Callback):
         progress.begin_sweep(sweep_size(config), live=bool(config.runtime.progress))
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        """The sweep's count and ETA after a job that ran in this process (the basic launcher's)."""
+        """The sweep's count and ETA after a job that ran in this process (the basic launcher's); then a safe point
+        for an interrupt, before Hydra composes the next job."""
         from hydra.core.utils import JobStatus
 
-        from unlearnbench.runtime import progress
+        from unlearnbench.runtime import interrupt, progress
 
         progress.job_finished(job_return._return_value if job_return.status == JobStatus.COMPLETED else None)
+        interrupt.check()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from unlearnbench.data.base import Subset
 from unlearnbench.data.transforms import Normalizer, to_unit
+from unlearnbench.runtime import interrupt
 from unlearnbench.runtime.train import float_logits
 
 
@@ -47,7 +48,8 @@ def channels_last_inputs(device_type: str) -> bool:
 
 @torch.no_grad()
 def predict(fabric: Fabric, model: nn.Module, subset: Subset, batch_size: int, normalizer: Normalizer) -> Tensor:
-    """Logits (len(subset) × K, float32 or better, on the CPU) in the subset's order."""
+    """Logits (len(subset) × K, float32 or better, on the CPU) in the subset's order; every batch is a safe point for
+    an interrupt (runtime/interrupt.py)."""
     model = prepared(fabric, model)
     was_training = model.training
     model.eval()
@@ -56,6 +58,7 @@ def predict(fabric: Fabric, model: nn.Module, subset: Subset, batch_size: int, n
     rounds = math.ceil(num_batches / world)
     outputs = []
     for r in range(rounds):
+        interrupt.check()
         k = r * world + rank
         start = (k if k < num_batches else rank % num_batches) * batch_size
         positions = torch.arange(start, min(start + batch_size, n))

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from unlearnbench.errors import FILE_ONLY, FileOnly
+from unlearnbench.runtime import interrupt
 
 log = logging.getLogger("unlearnbench.progress")
 
@@ -83,12 +84,15 @@ class Stage:
 @contextmanager
 def stage(title: str) -> Iterator[Stage]:
     """Log `title: started`, run the stage, then `title: done in 1.2 s (notes)`; a stage that raises logs nothing
-    more (its failure is the job's or the unit's, reported once by the job)."""
+    more (its failure is the job's or the unit's, reported once by the job). Its start and end are safe points for
+    an interrupt (runtime/interrupt.py)."""
+    interrupt.check()
     say(f"{title}: started")
     start, current = time.perf_counter(), Stage()
     yield current
     notes = f" ({'; '.join(current.notes)})" if current.notes else ""
     say(f"{title}: done in {duration(time.perf_counter() - start)}{notes}")
+    interrupt.check()
 
 
 @dataclass

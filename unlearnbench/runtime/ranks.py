@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ import torch.distributed as dist
 from lightning_fabric import Fabric
 
 from unlearnbench.files import write_atomically
+from unlearnbench.runtime import interrupt
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,8 @@ def launch(fabric: Fabric, function: Callable, *args: Any) -> Any:
 def _in_step(fabric: Fabric, function: Callable, *args: Any) -> Any:
     global _left
     _left = False
+    if spawned(fabric):  # a terminal's Ctrl-C reaches the ranks too: the launching process alone stops them
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         result = function(fabric, *args)
     except RoundAbandoned:
@@ -242,7 +246,7 @@ def supervise(make_fabric: Callable[[], Fabric], function: Callable, plan: Any) 
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)  # its "Terminating process": ours says why
     while True:
         try:
-            return launch(make_fabric(), function, plan)
+            return waiting(launch, make_fabric(), function, plan)
         except ProcessException as error:
             reason = abandoned_round(plan.folder)
             if reason is None:
@@ -252,6 +256,24 @@ def supervise(make_fabric: Callable[[], Fabric], function: Callable, plan: Any) 
             log.warning("%s failed on one rank while the others were inside it: starting the ranks again without "
                         "it", reason["unit"])
             plan.known_failures[reason["unit"]] = reason["message"]
+
+
+def waiting(launch_ranks: Callable, *args: Any) -> Any:
+    """`launch_ranks(*args)` from a process that only waits for the ranks it starts: an interrupt (Ctrl-C, SIGTERM)
+    raises at once there, and ends the ranks (runtime/interrupt.py)."""
+    import multiprocessing
+
+    before = set(multiprocessing.active_children())
+    try:
+        with interrupt.immediately():
+            return launch_ranks(*args)
+    except KeyboardInterrupt:
+        ranks = [child for child in multiprocessing.active_children() if child not in before]
+        for rank in ranks:
+            rank.kill()
+        for rank in ranks:
+            rank.join(timeout=10)
+        raise
 
 
 class RankDied(Exception):

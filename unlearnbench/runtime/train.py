@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from unlearnbench.data.base import Subset
 from unlearnbench.data.transforms import Normalizer, augment, to_unit
+from unlearnbench.runtime import interrupt
 from unlearnbench.runtime.progress import EpochMeter
 
 
@@ -32,9 +33,11 @@ def batch_count(n: int, batch_size: int, world_size: int, training: bool = True)
 def batch_positions(n: int, batch_size: int, generator: torch.Generator | None, world_size: int = 1,
                     rank: int = 0, training: bool = True) -> Iterator[Tensor]:
     """One epoch of this rank's positions in 0..n−1: a permutation drawn from `generator` (None: in order), cut
-    into global batches of `batch_size`, each cut into one chunk per rank."""
+    into global batches of `batch_size`, each cut into one chunk per rank. Every batch is a safe point for an
+    interrupt (runtime/interrupt.py): a long training stage stops within one step."""
     order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
     for start in range(0, batch_size * batch_count(n, batch_size, world_size, training), batch_size):
+        interrupt.check()
         yield order[start:start + batch_size].tensor_split(world_size)[rank]
 
 

@@ -1,0 +1,339 @@
+"""Console-script processes without the import cost: a server that imports torch, Lightning, Hydra and unlearnbench
+once, then forks a fresh process for every command a test runs.
+
+Why: a console-script process spends 5–8 s importing before it does anything (torch 2.2 s, Lightning's import of
+torch._dynamo 1.8 s, Hydra, the project), and a tiny digits job needs 2–3 s: most of the suite's time was imports.
+A fork of a process that has imported those modules, and run nothing, starts in milliseconds.
+
+What a forked command is: a real process with its own pid, signal dispositions, standard streams, working folder and
+environment, exiting with the status the console script would (a `SystemExit` message on stderr and status 1, an
+uncaught exception's traceback and status 1). Its `sys.path` is the console script's: the script's folder, then
+PYTHONPATH, then the interpreter's; PYTHONWARNINGS and PYTHONUNBUFFERED are applied as at start-up. What the server
+imported stays imported (the parent's state at fork: nothing of a job's state, which begins in `main()`).
+
+Safe to fork: the server imports modules and runs nothing. The only threads they start are OpenBLAS's pools (NumPy,
+SciPy) and pyarrow's jemalloc background thread, and both libraries handle fork (their atfork handlers quiesce the
+pools; jemalloc's child runs without background threads). Tests about the console script as an executable (the demo,
+interrupts, launchers, SLURM, ranks) start the real script.
+
+Protocol (a SOCK_SEQPACKET socketpair): the client sends one JSON request with its stdin, stdout and stderr as file
+descriptors; the server answers {"pid": N}, and {"exit": N, "returncode": R} when that process ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+PRELOAD = (
+    "torch", "lightning_fabric", "hydra", "omegaconf", "matplotlib.figure", "matplotlib.backends.backend_agg",
+    "hydra._internal.hydra", "hydra._internal.core_plugins.basic_launcher",
+    "hydra._internal.core_plugins.basic_sweeper", "hydra_plugins.unlearnbench_launcher.local",
+    "unlearnbench.cli", "unlearnbench.job", "unlearnbench.ltr.job", "unlearnbench.methods.finetune",
+    "unlearnbench.models.resnet", "unlearnbench.data.digits", "sklearn.datasets", "unlearnbench.report.build",
+    "unlearnbench.report.callback", "pyarrow.parquet",
+)
+ENTRY_POINTS = {"unlearnbench": "main", "unlearnbench-report": "report_main"}  # console script → unlearnbench.cli
+MESSAGE = 65536
+
+
+# --- the server -------------------------------------------------------------------------------------------------
+
+def serve(channel: socket.socket) -> dict | None:
+    """Answer requests until the client closes the channel (None), or return a request in the forked child."""
+    wakeup_read, wakeup_write = os.pipe()
+    os.set_blocking(wakeup_write, False)
+    signal.set_wakeup_fd(wakeup_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    selector = selectors.DefaultSelector()
+    selector.register(channel, selectors.EVENT_READ)
+    selector.register(wakeup_read, selectors.EVENT_READ)
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is channel:
+                try:
+                    data, fds, _, _ = socket.recv_fds(channel, MESSAGE, 3)
+                except OSError:
+                    data, fds = b"", []
+                if not data:
+                    return None
+                request = json.loads(data)
+                pid = os.fork()
+                if pid == 0:
+                    selector.close()
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    for fd in (wakeup_read, wakeup_write):
+                        os.close(fd)
+                    channel.close()
+                    become(request, fds)
+                    return request
+                for fd in fds:
+                    os.close(fd)
+                channel.send(json.dumps({"pid": pid}).encode())
+            else:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wakeup_read, 4096)
+                reap(channel)
+
+
+def reap(channel: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        channel.send(json.dumps({"exit": pid, "returncode": os.waitstatus_to_exitcode(status)}).encode())
+
+
+INHERITED_SIGINT = None  # the server's SIGINT handler as Python set it at start-up (default, or ignored)
+BASE_PATH: list[str] = []  # the interpreter's own sys.path entries (no script folder, no PYTHONPATH)
+
+
+def become(request: dict, fds: list[int]) -> None:
+    """Turn this forked child into the process the request describes (module docstring)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler if request.get("sigint_default") else INHERITED_SIGINT)
+    if request.get("new_session"):
+        os.setsid()
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [request["script_dir"], *extra, *BASE_PATH]
+    import warnings
+
+    options = [o for o in os.environ.get("PYTHONWARNINGS", "").split(",") if o]
+    sys.warnoptions[:] = options
+    warnings._processoptions(options)
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        stream = os.fdopen(fd, "w", buffering=1 if (unbuffered or os.isatty(fd) or name == "stderr") else -1,
+                           encoding="utf-8", errors="backslashreplace" if name == "stderr" else "strict",
+                           closefd=False)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+    sys.stdin = sys.__stdin__ = os.fdopen(0, "r", closefd=False)
+    sys.argv[:] = [request["argv0"], *request["args"]]
+    sys.modules["__main__"].__file__ = request["argv0"]  # what a spawned process (ddp_spawn, loky) re-imports
+
+
+def run_command(request: dict) -> None:
+    """The console script's body, in the forked child, ended as the interpreter ends it: the exit status of its
+    SystemExit (a message printed, status 1), an uncaught exception's traceback and status 1, or death by SIGINT for
+    an uncaught KeyboardInterrupt; then non-daemon threads joined, atexit handlers run and the streams flushed. Only
+    the interpreter's teardown of every module, 1.5–2 s after these imports and nothing a command relies on, is left
+    out (os._exit)."""
+    import atexit
+    import threading
+
+    import unlearnbench.cli
+
+    interrupted = False
+    try:
+        getattr(unlearnbench.cli, ENTRY_POINTS[request["program"]])()
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if not isinstance(stop.code, int | None):
+            print(stop.code, file=sys.stderr)
+    except BaseException as error:
+        sys.excepthook(type(error), error, error.__traceback__)
+        code, interrupted = 1, isinstance(error, KeyboardInterrupt)
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code & 0xFF)
+
+
+# --- the client -------------------------------------------------------------------------------------------------
+
+class ForkServer:
+    """The client's end: start the server, ask it for processes, learn when they end."""
+
+    def __init__(self) -> None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.channel = mine
+        self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"unlearnbench-forkserver-{os.getpid()}.log"
+        with open(self.log, "w") as log:
+            self.server = subprocess.Popen([sys.executable, __file__, str(theirs.fileno())],
+                                           pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=log,
+                                           stderr=log)
+        theirs.close()
+        ready = self.channel.recv(MESSAGE)
+        if ready != b"ready":
+            raise RuntimeError(f"the fork server did not start (see {self.log})")
+        self.lock = threading.Lock()
+        self.changed = threading.Condition()
+        self.started: list[int] = []
+        self.exited: dict[int, int] = {}
+        self.alive = True
+        self.reader = threading.Thread(target=self.read, daemon=True)
+        self.reader.start()
+
+    def read(self) -> None:
+        while True:
+            try:
+                data = self.channel.recv(MESSAGE)
+            except OSError:
+                data = b""
+            with self.changed:
+                if not data:
+                    self.alive = False
+                    self.changed.notify_all()
+                    return
+                message = json.loads(data)
+                if "pid" in message:
+                    self.started.append(message["pid"])
+                else:
+                    self.exited[message["exit"]] = message["returncode"]
+                self.changed.notify_all()
+
+    def start(self, request: dict, fds: tuple[int, int, int]) -> int:
+        with self.lock, self.changed:
+            socket.send_fds(self.channel, [json.dumps(request).encode()], list(fds))
+            while not self.started:
+                if not self.alive:
+                    raise RuntimeError("the fork server ended")
+                self.changed.wait()
+            return self.started.pop()
+
+    def returncode(self, pid: int, timeout: float | None) -> int | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.changed:
+            while pid not in self.exited:
+                left = None if deadline is None else deadline - time.monotonic()
+                if not self.alive or (left is not None and left <= 0):
+                    return None
+                self.changed.wait(left)
+            return self.exited[pid]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.channel.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.server.wait(timeout=10)
+
+
+class Forked:
+    """A forked command as `subprocess.Popen` presents one (pid, poll, wait, signals, communicate)."""
+
+    def __init__(self, server: ForkServer, program: str, args: list[str], cwd: Path, env: dict,
+                 new_session: bool = False, sigint_default: bool = False) -> None:
+        self.server, self.args, self.returncode = server, [program, *args], None
+        stdout_read, stdout_write = os.pipe()
+        stderr_read, stderr_write = os.pipe()
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        script = Path(sys.executable).parent / program
+        request = {"program": program, "args": args, "cwd": str(cwd), "env": env, "new_session": new_session,
+                   "sigint_default": sigint_default, "argv0": str(script), "script_dir": str(script.parent)}
+        try:
+            self.pid = server.start(request, (stdin, stdout_write, stderr_write))
+        finally:
+            for fd in (stdin, stdout_write, stderr_write):
+                os.close(fd)
+        self.stdout = os.fdopen(stdout_read, "r", encoding="utf-8", errors="replace")
+        self.stderr = os.fdopen(stderr_read, "r", encoding="utf-8", errors="replace")
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.server.returncode(self.pid, 0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self.server.returncode(self.pid, timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Both streams to their end and the exit status, as `Popen.communicate` (the process is killed, and
+        TimeoutExpired raised, past `timeout`)."""
+        chunks: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        readers = [threading.Thread(target=lambda n=name: chunks[n].append(getattr(self, n).read()), daemon=True)
+                   for name in chunks]
+        for reader in readers:
+            reader.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for reader in readers:
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        try:
+            self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.wait()
+            raise
+        for reader in readers:
+            reader.join()
+        self.stdout.close()
+        self.stderr.close()
+        return "".join(chunks["stdout"]), "".join(chunks["stderr"])
+
+
+_server: ForkServer | None = None
+
+
+def server() -> ForkServer:
+    """This test process's fork server, started on first use (and again if it ended)."""
+    global _server
+    if _server is None or not _server.alive:
+        _server = ForkServer()
+        import atexit
+
+        atexit.register(_server.close)
+    return _server
+
+
+def run(program: str, args: list[str], cwd: Path, env: dict, timeout: float | None = None,
+        **options) -> subprocess.CompletedProcess:
+    """`subprocess.run([program, *args], capture_output=True, text=True, …)` for a console script, forked."""
+    process = Forked(server(), program, args, cwd, env, **options)
+    try:
+        stdout, stderr = process.communicate(timeout)
+    except subprocess.TimeoutExpired:
+        raise subprocess.TimeoutExpired(process.args, timeout) from None
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+if __name__ == "__main__":
+    channel = socket.socket(fileno=int(sys.argv[1]))
+    INHERITED_SIGINT = signal.getsignal(signal.SIGINT)
+    BASE_PATH = [p for p in sys.path[1:]
+                 if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    del importlib
+    channel.send(b"ready")
+    request = serve(channel)
+    if request is not None:
+        del channel
+        run_command(request)

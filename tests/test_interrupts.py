@@ -1,0 +1,199 @@
+"""Ctrl-C and SIGTERM stop a sweep at the next safe point (unlearnbench/runtime/interrupt.py): one line, exit 130,
+every finished job kept, and a rerun resumes; wherever the signal lands, Hydra's composition included; within a
+step of a long training stage; and however the test suite itself was started (a parent that ignores SIGINT).
+
+The sweeps run in processes forked from the test's fork server (forkserver.py): real processes with their own
+signal handlers, started in milliseconds, so that many moments can be tried.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import forkserver
+import pytest
+from helpers import REPO, TINY, results
+
+INTERRUPTED = "unlearnbench: interrupted; finished jobs are kept"
+
+
+def start(args: list[str], root: Path, sweep: str = "sweep", **options) -> forkserver.Forked:
+    """The sweep in a forked process whose SIGINT is Python's default (as in a terminal), whatever this one's is."""
+    args = [*args, f"hydra.sweep.dir={root / sweep}", f"paths.cache_dir={root / 'cache'}",
+            f"paths.data_dir={root / 'data'}"]
+    options.setdefault("sigint_default", True)
+    return forkserver.Forked(forkserver.server(), "unlearnbench", args, root,
+                             {**os.environ, "PYTHONWARNINGS": "ignore"}, **options)
+
+
+def handling(pid: int) -> bool:
+    """Whether the process has installed its own SIGTERM handler (the console script does so first of all)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(caught & (1 << (signal.SIGTERM - 1)))
+
+
+def wait_for(condition, timeout: float = 120, every: float = 0.01) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(every)
+
+
+def assert_stopped_in_one_line(returncode: int, stdout: str, stderr: str) -> None:
+    assert returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stdout + stderr, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1].startswith(INTERRUPTED)
+    assert (stdout + stderr).count(INTERRUPTED) == 1
+
+
+def assert_kept_whole(sweep: Path) -> None:
+    """Every result.json there is complete, and nothing is half-written (no temporary files)."""
+    assert all(result["status"] == "complete" for result in results(sweep).values())
+    assert not [p for p in sweep.glob("**/*") if ".tmp" in p.name or p.name.startswith(".tmp")]
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_between_jobs_is_one_line_keeps_finished_jobs_and_a_rerun_resumes(tmp_path, signum):
+    args = ["+method=retrain", "seeds.train=0,1", *TINY]
+    process = start(args, tmp_path)
+    wait_for(lambda: results(tmp_path / "sweep") or process.poll() is not None, every=0.05)
+    process.send_signal(signum)  # the first job has finished: the second is being composed or trained
+    assert_stopped_in_one_line(process.wait(120), *process.communicate(120))
+    finished = results(tmp_path / "sweep")
+    assert len(finished) == 1
+    assert_kept_whole(tmp_path / "sweep")
+    resumed = start(args, tmp_path)
+    stdout, stderr = resumed.communicate(300)
+    assert resumed.returncode == 0, stderr[-3000:]
+    assert (stdout + stderr).count("already complete, skipped") == 1 and len(results(tmp_path / "sweep")) == 2
+
+
+@pytest.mark.processes
+def test_ctrl_c_inside_a_long_training_stage_stops_within_a_step(tmp_path):
+    """300 epochs of M_o: the interrupt lands in epoch 2 and the job stops at its next batch, so at most the epoch
+    under way reports; no model reaches the cache."""
+    process = start(["+method=retrain", *TINY, "train.epochs=300", "train.milestones=[299]"], tmp_path)
+    for line in process.stdout:
+        if "original model (training seed 0): epoch 2/300" in line:
+            break
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(120)
+    assert_stopped_in_one_line(process.returncode, stdout, stderr)
+    assert sum(": epoch " in line for line in stdout.splitlines()) <= 1
+    assert not list((tmp_path / "cache").glob("*/COMPLETE"))
+    assert not list((tmp_path / "sweep").glob("*/result.json"))
+
+
+MOMENTS = 30
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    """A two-job sweep run to its end once to cache its models, then again, from the cache as every trial runs
+    it, to measure how long it takes."""
+    root = tmp_path_factory.mktemp("moments")
+    for sweep in ("cached", "calibration"):
+        began = time.monotonic()
+        process = start(SWEEP, root, sweep)
+        _, stderr = process.communicate(600)
+        assert process.returncode == 0, stderr[-3000:]
+    return root, time.monotonic() - began
+
+
+SWEEP = ["+method=retrain", "seeds.train=0,1", *TINY]
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("trial", range(MOMENTS))
+def test_an_interrupt_at_a_random_moment_exits_130_in_one_line(calibrated, trial):
+    """SIGINT or SIGTERM at a moment drawn uniformly over the first half of the sweep (from the moment its handler
+    is in place): composing the config, Hydra's set-up, a job's stages, the count, between jobs. Its models come
+    from the cache, so most of the time goes to composition and evaluation, where a raising handler did harm."""
+    root, duration = calibrated
+    moment = random.Random(trial).uniform(0, duration / 2)
+    process = start(SWEEP, root, f"trial{trial}")
+    wait_for(lambda: handling(process.pid) or process.poll() is not None)
+    time.sleep(moment)
+    assert process.poll() is None, f"the sweep ended before the moment {moment:.2f} s"
+    process.send_signal(signal.SIGTERM if trial % 2 else signal.SIGINT)
+    stdout, stderr = process.communicate(120)
+    assert_stopped_in_one_line(process.returncode, stdout, stderr)
+    assert_kept_whole(root / f"trial{trial}")
+
+
+PARENT = """
+import json, os, signal, sys, time
+sys.path.insert(0, {tests!r})
+from test_interrupts import start, results, assert_stopped_in_one_line, wait_for
+from pathlib import Path
+
+root = Path({root!r})
+args = ["+method=retrain", "seeds.train=0,1", *{tiny!r}]
+outcome = {{}}
+for name, options, signum in (("default", {{}}, signal.SIGINT), ("inherited", {{"sigint_default": False}}, None)):
+    process = start(args, root, name, **options)
+    wait_for(lambda: results(root / name) or process.poll() is not None, every=0.05)
+    if signum is None:  # SIGINT ignored from the start stays ignored: the sweep goes on; SIGTERM still stops it
+        process.send_signal(signal.SIGINT)
+        time.sleep(1)
+        outcome["ignored_sigint_running"] = process.poll() is None
+        signum = signal.SIGTERM
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(120)
+    assert_stopped_in_one_line(process.returncode, stdout, stderr)
+    outcome[name] = process.returncode
+print(json.dumps(outcome))
+"""
+
+
+@pytest.mark.processes
+def test_the_interrupt_cases_pass_from_a_parent_that_ignores_sigint(tmp_path):
+    """As when the suite runs as `make test &`: a background job of a non-interactive shell ignores SIGINT, and its
+    children inherit that. The interrupt tests give the sweep Python's default SIGINT all the same; the console
+    script itself keeps an ignored SIGINT ignored, and stops on SIGTERM."""
+    script = PARENT.format(tests=str(REPO / "tests"), root=str(tmp_path), tiny=TINY)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == {
+        "default": 130, "ignored_sigint_running": True, "inherited": 130}
+
+
+def test_an_interrupt_that_lands_in_a_finalizer_is_raised_again_outside_it(monkeypatch):
+    """A raising handler can land in a weakref callback or `__del__` that the garbage collector runs, where Python
+    prints the exception ("Exception ignored in …") and drops it: the interrupt is then raised again, right after."""
+    from unlearnbench.runtime import interrupt
+
+    handlers = {signum: signal.getsignal(signum) for signum in interrupt.SIGNALS}
+    monkeypatch.setattr(interrupt, "requested", None)
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    interrupt.install()
+
+    class Finalized:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)  # the handler runs inside __del__, in an `immediately` region
+
+    printed = []
+    monkeypatch.setattr(interrupt, "_previous_hook", printed.append)
+    try:
+        with pytest.raises(interrupt.Interrupted), interrupt.immediately():
+            Finalized()  # finalized at once: the Interrupted raised inside __del__ is lost there
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:  # ...and raised again here, outside it
+                time.sleep(0.001)
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert printed == [] and interrupt.requested == signal.SIGINT
