@@ -167,8 +167,9 @@ def test_interrupting_a_local_sweep_stops_every_worker_and_a_rerun_resumes(tmp_p
     resumed = run_cli(args, tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert len(results(tmp_path / "sweep")) == 3
-    assert resumed.stdout.count("already complete, skipped") + resumed.stderr.count("already complete, skipped") \
-        >= len(finished)
+    output = resumed.stdout + resumed.stderr
+    assert output.count("already complete, skipped") >= len(finished)
+    assert f"local: {3 - len(finished)} job(s)" in output  # workers for the jobs left only (resume.py)
 
 
 def alive(group: int) -> bool:

@@ -199,7 +199,8 @@ def test_a_cancelled_job_fails_the_sweep_promptly_and_a_rerun_resumes(cluster, t
     done = results(tmp_path / "sweep")
     assert [r["status"] for r in done.values()] == ["complete", "complete"]
     finished = next(p for p in (tmp_path / "sweep").glob("*_t0_u0_e0*"))
-    assert "already complete, skipped" in (finished / "unlearnbench.log").read_text()
+    assert f"{finished.name}: already complete, skipped" in again.stdout + again.stderr  # seen before submitting
+    assert "SLURM: 1 job(s) as one array" in again.stdout + again.stderr  # only the cancelled one runs again
 
 
 def test_ddp_takes_its_two_ranks_from_slurm_and_rank_0_alone_writes(cluster, tmp_path):

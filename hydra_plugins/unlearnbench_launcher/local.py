@@ -15,7 +15,8 @@ leaves it unset gets cores ÷ workers threads, so the workers never oversubscrib
 
 What holds whatever the launcher: the report is built once, at the end, from the files on disk (the callback); a
 model that several jobs need is trained once (the cache's lock: the others wait, then read it); a job's records are
-those of the basic launcher at the same `runtime.threads`; Ctrl-C (or SIGTERM) ends every worker and a rerun resumes.
+those of the basic launcher at the same `runtime.threads`; Ctrl-C (or SIGTERM) ends every worker and a rerun resumes,
+starting workers for the jobs that are not complete only (resume.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
+
+from hydra_plugins.unlearnbench_launcher.resume import complete_jobs
 
 log = logging.getLogger(__name__)
 
@@ -164,15 +167,22 @@ class LocalLauncher(Launcher):
 
         sweep = Path(str(self.config.hydra.sweep.dir))
         sweep.mkdir(parents=True, exist_ok=True)
-        placement = place(self.workers, self.jobs_per_gpu, self.config, sweep)
-        workers = min(placement.workers, len(job_overrides)) or 1
-        log.info("local: %d job(s), %s, into %s", len(job_overrides), placement.describe(), sweep)
-        state = Singleton.get_state()
-        calls = (delayed(run_in_worker)(initial_job_idx + i, list(overrides), self.hydra_context, self.config,
-                                        self.task_function, state, placement, workers > 1)
-                 for i, overrides in enumerate(job_overrides))
         progress.launcher_reports = True
         returns: list[JobReturn | None] = [None] * len(job_overrides)
+        for position, returned in complete_jobs(self.hydra_context, self.config, job_overrides,
+                                                initial_job_idx).items():
+            returns[position] = returned
+            progress.job_finished(returned.return_value, by_launcher=True)
+        pending = [i for i, returned in enumerate(returns) if returned is None]
+        if not pending:  # a finished sweep resumed: no worker to start
+            return returns
+        placement = place(self.workers, self.jobs_per_gpu, self.config, sweep)
+        workers = min(placement.workers, len(pending))
+        log.info("local: %d job(s), %s, into %s", len(pending), placement.describe(), sweep)
+        state = Singleton.get_state()
+        calls = (delayed(run_in_worker)(initial_job_idx + i, list(job_overrides[i]), self.hydra_context, self.config,
+                                        self.task_function, state, placement, workers > 1)
+                 for i in pending)
         finished = Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered")(calls)
         try:
             with interrupt.immediately():  # this process only waits: Ctrl-C or SIGTERM stops it at once

@@ -7,7 +7,8 @@ gets a `result.json` of status `failed` that names the SLURM job and its final s
 collected as usual, and the report covers them all (the console script exits 1 and names the failed job).
 
 Preemption needs nothing special: a requeued job starts again from the top, skips nothing it had not finished
-(`result.json` is written last, whole) and reuses every model it had already published to the cache.
+(`result.json` is written last, whole) and reuses every model it had already published to the cache. A rerun sweep
+submits only the jobs that are not complete (resume.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
 from omegaconf import DictConfig, open_dict
+
+from hydra_plugins.unlearnbench_launcher.resume import complete_jobs
 
 log = logging.getLogger(__name__)
 POLL_S = 2.0  # how often the submitting host looks for finished jobs (submitit rate-limits its sacct calls itself)
@@ -55,25 +58,32 @@ class SlurmLauncher(SubmititSlurmLauncher):
 
         from unlearnbench.runtime import interrupt, progress
 
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        progress.launcher_reports = True
+        returns: list[JobReturn | None] = [None] * len(job_overrides)
+        for index, returned in complete_jobs(self.hydra_context, self.config, job_overrides,
+                                             initial_job_idx).items():
+            returns[index] = returned
+            progress.job_finished(returned.return_value, by_launcher=True)
+        pending = [i for i, returned in enumerate(returns) if returned is None]
+        if not pending:  # a finished sweep resumed: nothing to submit
+            return returns
         SlurmJob.watcher = SlurmInfoWatcher(delay_s=WATCH_S)
         executor = self.executor()
-        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        numbers = range(initial_job_idx, initial_job_idx + len(job_overrides))
-        arguments = [(list(overrides), "hydra.sweep.dir", num, f"job_id_for_{num}", Singleton.get_state())
-                     for num, overrides in zip(numbers, job_overrides, strict=True)]
+        arguments = [(list(job_overrides[i]), "hydra.sweep.dir", initial_job_idx + i,
+                      f"job_id_for_{initial_job_idx + i}", Singleton.get_state()) for i in pending]
         log.info("SLURM: %d job(s) as one array into %s", len(arguments), self.config.hydra.sweep.dir)
         jobs = executor.map_array(self, *zip(*arguments, strict=True))
-        position = {job.job_id: i for i, job in enumerate(jobs)}
-        progress.launcher_reports = True
-        returns: list[JobReturn | None] = [None] * len(jobs)
+        submitted = {job.job_id: (i, job_arguments) for i, job_arguments, job in zip(pending, arguments, jobs,
+                                                                                    strict=True)}
         with interrupt.immediately():  # this process only waits (the array's tasks go on: scancel stops them)
             for job in submitit.helpers.as_completed(jobs, poll_frequency=POLL_S):  # the count as jobs end
-                overrides, _, num, *_ = arguments[position[job.job_id]]
+                index, (overrides, _, num, *_) = submitted[job.job_id]
                 try:
                     returned = job.results()[0]
                 except submitit.core.utils.UncompletedJobError:
                     returned = self.killed(job, overrides, num)
-                returns[position[job.job_id]] = returned
+                returns[index] = returned
                 progress.job_finished(returned._return_value if returned.status == JobStatus.COMPLETED else None,
                                       by_launcher=True)
         return returns
