@@ -88,6 +88,9 @@ def test_report_command_collects_every_record(sweep):
     records = sum(len(r["records"]) for r in results(tmp_path / "sweep").values())
     assert len(table) == records
     assert set(table["seed_unlearn"]) == {0, 1} and set(table["method"].dropna()) == {"finetune", "retrain"}
+    # the sweep's own report ran with report.figures=false (run_cli's default); the rebuilt one draws them
+    assert not list((tmp_path / "sweep" / "report").glob("figures/*.png"))
+    assert list((tmp_path / "rebuilt").glob("figures/curves_*.png"))
 
 
 @pytest.mark.parametrize(("args", "message"), [

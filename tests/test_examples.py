@@ -25,7 +25,8 @@ def sweep(tmp_path_factory) -> Path:
     """experiment=forget_quality at its smallest: A(0) and A(1) with 3 unlearning seeds each, B with 3 training
     seeds (the third is B's own job): 7 jobs on one forget set."""
     tmp = tmp_path_factory.mktemp("forget_quality")
-    done = run_cli(["experiment=forget_quality", "study.I=2", "study.J=3", "study.B=3", METHODS, *TINY], tmp)
+    done = run_cli(["experiment=forget_quality", "study.I=2", "study.J=3", "study.B=3", METHODS, *TINY,
+                    "report.figures=true"], tmp)
     assert done.returncode == 0, done.stderr[-3000:]
     return tmp / "sweep"
 

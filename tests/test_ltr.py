@@ -262,7 +262,7 @@ FAST = ["experiment=foltr", "scenario.rounds=40", "scenario.unlearning_rounds=30
 
 @pytest.mark.processes
 def test_foltr_sweep_over_training_seeds_reports_trajectories_for_every_method(tmp_path):
-    run = run_cli([*FAST, "seeds.train=range(3)"], tmp_path)
+    run = run_cli([*FAST, "seeds.train=range(3)", "report.figures=true"], tmp_path)
     assert run.returncode == 0, run.stderr
     jobs = results(tmp_path / "sweep")
     assert len(jobs) == 3 and all(r["status"] == "complete" and r["job"]["task"] == "ltr" for r in jobs.values())
@@ -292,7 +292,8 @@ def test_foltr_sweep_over_training_seeds_reports_trajectories_for_every_method(t
 
 @pytest.mark.processes
 def test_foltr_seed_grid_separates_training_and_unlearning_seed_variance(tmp_path):
-    run = run_cli([*FAST, "+method=fedremove,fed_finetune", "seeds.train=range(2)", "seeds.unlearn=range(2)"],
+    run = run_cli([*FAST, "+method=fedremove,fed_finetune", "seeds.train=range(2)", "seeds.unlearn=range(2)",
+                   "report.figures=true"],
                   tmp_path)
     assert run.returncode == 0, run.stderr
     report = tmp_path / "sweep" / "report"

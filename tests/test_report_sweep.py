@@ -243,7 +243,7 @@ def test_report_is_reproducible(constructed):
 
 # Unlearning batches of 512 (the methods' `batch_size` follows the scenario's): fewer steps, half the fine-tuning time.
 SWEEP = ["experiment=seed_sensitivity", "study.I=3", "study.J=3", "+method=ssd,finetune", "scenario.batch_size=512",
-         *TINY]
+         *TINY, "report.figures=true"]
 
 
 def complete_results(folder: Path) -> int:

@@ -178,6 +178,7 @@ class Report:
 
     target_se: float = ranged(0.01, POSITIVE)  # the standard error a method's mean should reach (seed plan)
     permutations: int = ranged(100, AT_LEAST_1)  # random splits behind each forgetting quality's null
+    figures: bool = True  # draw figures/ (`unlearnbench-report --no-figures` leaves them out of a rebuilt one)
 
 
 @dataclass

@@ -40,8 +40,8 @@ def report(folder: Path, config: DictConfig) -> None:
     start = time.perf_counter()
     try:
         with interrupt.immediately():  # it reads the files on disk and writes each of its own whole
-            built = build_report([folder], folder / "report", target_se=config.report.target_se,
-                                 forget_permutations=config.report.permutations)
+            built = build_report([folder], folder / "report", figures=config.report.figures,
+                                 target_se=config.report.target_se, forget_permutations=config.report.permutations)
     except WriteError as error:  # a full disk or a read-only folder: one line, the results stay on disk
         announce([{"folder": str(folder / "report"), "error": f"the report was not written: {error}"}], 1)
         return
