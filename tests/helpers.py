@@ -46,14 +46,15 @@ def run_in_process(overrides: list[str], tmp_path: Path, methods: list[str]):
 
 
 def run_cli(args: list[str], tmp_path: Path, sweep: str = "sweep", timeout: int = 600,
-            program: str = "unlearnbench", fork: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+            program: str = "unlearnbench", fork: bool = True, env: dict | None = None,
+            figures: bool = False) -> subprocess.CompletedProcess:
     """The console script in a process of its own, with its sweep folder and cache under `tmp_path`: forked from a
     server that has imported torch and the project (forkserver.py: a real process without 5–8 s of imports), or,
     with `fork=False`, the installed script itself started by the operating system. The sweep's report leaves its
-    figures out (1–2 s a sweep) unless `report.figures` is given."""
+    figures out (1–2 s a sweep) unless `figures` or `report.figures` is given."""
     if program == "unlearnbench":
         defaults = {"hydra.sweep.dir": tmp_path / sweep, "paths.cache_dir": tmp_path / "cache",
-                    "paths.data_dir": tmp_path / "data", "report.figures": "false"}
+                    "paths.data_dir": tmp_path / "data", **({} if figures else {"report.figures": "false"})}
         args = [*args, *(f"{key}={value}" for key, value in defaults.items()
                          if not any(a.startswith(f"{key}=") for a in args))]
     env = {**(os.environ if env is None else env), "PYTHONWARNINGS": "ignore"}

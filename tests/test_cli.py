@@ -16,7 +16,7 @@ pytestmark = pytest.mark.processes  # every test here starts processes: the cons
 
 def test_plain_unlearnbench_is_the_demo(tmp_path):
     """No overrides: digits, ResNet18, full-class, every method, one seed; prints a table, leaves result.json."""
-    run = run_cli([], tmp_path, fork=False)  # the installed script itself, as a user types it
+    run = run_cli([], tmp_path, fork=False, figures=True)  # the installed script itself, as a user types it
     assert run.returncode == 0, run.stderr
     assert "(original)" in run.stdout and "finetune" in run.stdout and "retrain" in run.stdout
     (name, result), = results(tmp_path / "sweep").items()
