@@ -144,7 +144,7 @@ def run_command(request: dict) -> None:
 
     interrupted = False
     try:
-        getattr(unlearnbench.cli, ENTRY_POINTS[request["program"]])()
+        getattr(unlearnbench.cli, ENTRY_POINTS.get(request["program"], "main"))()  # `-m unlearnbench`: main
         code = 0
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
@@ -234,24 +234,41 @@ class ForkServer:
 
 
 class Forked:
-    """A forked command as `subprocess.Popen` presents one (pid, poll, wait, signals, communicate)."""
+    """A forked command as `subprocess.Popen` presents one (pid, poll, wait, signals, communicate). `program` is a
+    console script, or "-m unlearnbench" for `python -m unlearnbench` (the current folder first on sys.path);
+    `merged` sends stderr into stdout, as `stderr=subprocess.STDOUT` does (`stderr` is then None)."""
 
     def __init__(self, server: ForkServer, program: str, args: list[str], cwd: Path, env: dict,
-                 new_session: bool = False, sigint_default: bool = False) -> None:
+                 new_session: bool = False, sigint_default: bool = False, merged: bool = False) -> None:
         self.server, self.args, self.returncode = server, [program, *args], None
         stdout_read, stdout_write = os.pipe()
-        stderr_read, stderr_write = os.pipe()
+        stderr_read, stderr_write = os.pipe() if not merged else (None, os.dup(stdout_write))
         stdin = os.open(os.devnull, os.O_RDONLY)
-        script = Path(sys.executable).parent / program
+        if program == "-m unlearnbench":
+            import unlearnbench
+
+            argv0, script_dir = str(Path(unlearnbench.__file__).with_name("__main__.py")), str(cwd)
+        else:
+            argv0 = str(Path(sys.executable).parent / program)
+            script_dir = str(Path(argv0).parent)
         request = {"program": program, "args": args, "cwd": str(cwd), "env": env, "new_session": new_session,
-                   "sigint_default": sigint_default, "argv0": str(script), "script_dir": str(script.parent)}
+                   "sigint_default": sigint_default, "argv0": argv0, "script_dir": script_dir}
         try:
             self.pid = server.start(request, (stdin, stdout_write, stderr_write))
         finally:
             for fd in (stdin, stdout_write, stderr_write):
                 os.close(fd)
         self.stdout = os.fdopen(stdout_read, "r", encoding="utf-8", errors="replace")
-        self.stderr = os.fdopen(stderr_read, "r", encoding="utf-8", errors="replace")
+        self.stderr = os.fdopen(stderr_read, "r", encoding="utf-8", errors="replace") if not merged else None
+
+    def __enter__(self) -> Forked:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        self.wait()
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -276,7 +293,7 @@ class Forked:
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         """Both streams to their end and the exit status, as `Popen.communicate` (the process is killed, and
         TimeoutExpired raised, past `timeout`)."""
-        chunks: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        chunks: dict[str, list[str]] = {name: [] for name in ("stdout", "stderr") if getattr(self, name) is not None}
         readers = [threading.Thread(target=lambda n=name: chunks[n].append(getattr(self, n).read()), daemon=True)
                    for name in chunks]
         for reader in readers:
@@ -292,9 +309,9 @@ class Forked:
             raise
         for reader in readers:
             reader.join()
-        self.stdout.close()
-        self.stderr.close()
-        return "".join(chunks["stdout"]), "".join(chunks["stderr"])
+        for name in chunks:
+            getattr(self, name).close()
+        return "".join(chunks["stdout"]), "".join(chunks.get("stderr", [])) if "stderr" in chunks else None
 
 
 _server: ForkServer | None = None

@@ -8,7 +8,10 @@ import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 
+import forkserver
 import pandas as pd
 import pytest
 from helpers import REPO, default_sigint
@@ -19,6 +22,21 @@ from unlearnbench import SweepError, load_report, run_sweep
 EXAMPLE = REPO / "docs" / "examples" / "python" / "quick_study.py"
 # The example's own overrides, to call run_sweep again on its folder.
 OVERRIDES = ["experiment=seed_sensitivity", "study.I=3", "study.J=2", "methods=[ssd,finetune]", "hydra/launcher=local"]
+
+
+@pytest.fixture
+def forked(monkeypatch):
+    """run_sweep's `python -m unlearnbench` forked from the tests' fork server (forkserver.py: the same process
+    without 5–8 s of imports); the docs' example and the Ctrl-C test start real interpreters."""
+
+    def popen(command: list[str], **options):
+        assert command[:3] == [sys.executable, "-m", "unlearnbench"], command
+        return forkserver.Forked(forkserver.server(), "-m unlearnbench", command[3:], Path.cwd(), options["env"],
+                                 new_session=options.get("start_new_session", False),
+                                 merged=options.get("stderr") == subprocess.STDOUT)
+
+    monkeypatch.setattr(unlearnbench.api, "subprocess",
+                        SimpleNamespace(Popen=popen, PIPE=subprocess.PIPE, STDOUT=subprocess.STDOUT))
 
 
 def clean_environment() -> dict:
@@ -55,6 +73,7 @@ def test_the_python_example_runs_from_a_folder_outside_the_repository(example):
 
 
 @pytest.mark.processes
+@pytest.mark.usefixtures("forked")
 def test_run_sweep_resumes_a_finished_sweep_and_returns_its_records(example, monkeypatch):
     folder, _ = example
     monkeypatch.chdir(folder)
@@ -117,6 +136,7 @@ def test_run_sweep_refuses_what_the_command_line_would_not_take_as_overrides(tmp
 
 
 @pytest.mark.processes
+@pytest.mark.usefixtures("forked")
 def test_a_refused_command_line_raises_its_own_one_line_reason(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SweepError, match=r"^unlearnbench: invalid config: train\.epochs=0 is not valid; valid: >= 1"):
@@ -125,6 +145,7 @@ def test_a_refused_command_line_raises_its_own_one_line_reason(tmp_path, monkeyp
 
 
 @pytest.mark.processes
+@pytest.mark.usefixtures("forked")
 def test_a_refused_command_line_raises_on_a_sweep_that_has_results_already(example, monkeypatch):
     folder, _ = example
     monkeypatch.chdir(folder)
@@ -133,6 +154,7 @@ def test_a_refused_command_line_raises_on_a_sweep_that_has_results_already(examp
 
 
 @pytest.mark.processes
+@pytest.mark.usefixtures("forked")
 def test_a_sweep_with_a_failed_job_returns_the_records_there_are_and_warns(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.warns(UserWarning, match=r"1 of 1 jobs of sweep did not complete .*FAILED .*unknown class "
@@ -174,6 +196,7 @@ def test_ctrl_c_stops_the_sweep_and_raises_keyboard_interrupt(tmp_path):
 
 
 @pytest.mark.processes
+@pytest.mark.usefixtures("forked")
 def test_run_sweep_finds_a_package_in_the_current_folder_and_config_dir_adds_configs(tmp_path, monkeypatch):
     """The sweep's process imports from the current folder (as `python -m` does): a notebook's own package next to
     it needs no PYTHONPATH; where it is absent the message says that the folder was searched."""
