@@ -135,41 +135,76 @@ def test_a_failed_job_is_one_failed_line_and_the_sweep_exits_1(tmp_path, monkeyp
     assert statuses == ["complete", "failed"]
 
 
-@pytest.mark.processes
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
-def test_interrupting_a_local_sweep_stops_every_worker_and_a_rerun_resumes(tmp_path, how):
-    """The launching process only waits for its workers: the interrupt stops it at once (runtime/interrupt.py), and
-    it ends the workers, which a terminal's Ctrl-C reaches too and which leave the stopping to it."""
-    args = ["+method=finetune", "seeds.train=range(3)", *UNSET_THREADS, "hydra/launcher=local",
-            "hydra.launcher.workers=2"]
-    command = [str(Path(sys.executable).parent / "unlearnbench"), *args, f"hydra.sweep.dir={tmp_path / 'sweep'}",
-               f"paths.cache_dir={tmp_path / 'cache'}", f"paths.data_dir={tmp_path / 'data'}"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+INTERRUPTED = ["+method=finetune", "seeds.train=range(3)", *UNSET_THREADS, "hydra/launcher=local",
+               "hydra.launcher.workers=2"]
+
+
+def interrupted_run(root: Path, how: str) -> dict:
+    """The sweep INTERRUPTED started as a user starts it (its own process group, Python's default SIGINT). Ctrl-C,
+    to the whole group (the workers too), once its first job has finished; SIGTERM, to the sweep alone, once a worker
+    has started a job's stage (its lines so far are kept)."""
+    command = [str(Path(sys.executable).parent / "unlearnbench"), *INTERRUPTED, f"hydra.sweep.dir={root / 'sweep'}",
+               f"paths.cache_dir={root / 'cache'}", f"paths.data_dir={root / 'data'}"]
+    before = len(results(root / "sweep"))
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
                                env={**os.environ, "PYTHONWARNINGS": "ignore"}, start_new_session=True,
                                preexec_fn=default_sigint)
-    deadline = time.time() + 300
-    while not list((tmp_path / "sweep").glob("*/result.json")) and time.time() < deadline:
-        time.sleep(0.05)  # interrupt once the first job has finished
+    seen = ""
     if how == "ctrl-c":  # a terminal's Ctrl-C reaches the whole process group: the workers too
+        deadline = time.time() + 300
+        while not results(root / "sweep") and time.time() < deadline:
+            time.sleep(0.05)
         os.killpg(process.pid, signal.SIGINT)
     else:
+        for line in process.stdout:
+            seen += line
+            if re.search(r"\] job \d+: .*: started", line):
+                break
         process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr
-    assert "Traceback" not in stderr + stdout
-    assert stderr.strip().splitlines()[-1].startswith("unlearnbench: interrupted; finished jobs are kept")
+    stdout = seen + stdout
     deadline = time.time() + 30
     while alive(process.pid) and time.time() < deadline:  # the workers are ended with the sweep
         time.sleep(0.05)
-    assert not alive(process.pid)
-    finished = results(tmp_path / "sweep")
-    assert finished and len(finished) < 3 and all(r["status"] == "complete" for r in finished.values())
-    resumed = run_cli(args, tmp_path)
-    assert resumed.returncode == 0, resumed.stderr
-    assert len(results(tmp_path / "sweep")) == 3
-    output = resumed.stdout + resumed.stderr
-    assert output.count("already complete, skipped") >= len(finished)
+    return {"returncode": process.returncode, "stdout": stdout, "stderr": stderr, "alive": alive(process.pid),
+            "before": before, "finished": results(root / "sweep")}
+
+
+@pytest.fixture(scope="module")
+def interruptions(tmp_path_factory):
+    """A three-job sweep on two workers stopped by Ctrl-C once its first job has finished; the same command again,
+    stopped by SIGTERM once its workers are at work; then once more, to its end."""
+    root = tmp_path_factory.mktemp("interrupted")
+    runs = {how: interrupted_run(root, how) for how in ("ctrl-c", "sigterm")}
+    return runs, run_cli(INTERRUPTED, root), root
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_interrupting_a_local_sweep_stops_every_worker_and_a_rerun_resumes(interruptions, how):
+    """The launching process only waits for its workers: the interrupt stops it at once (runtime/interrupt.py), and
+    it ends the workers, which a terminal's Ctrl-C reaches too and which leave the stopping to it. The rerun after
+    it starts workers for the jobs left only."""
+    runs, resumed, _ = interruptions
+    run = runs[how]
+    assert run["returncode"] == 130, run["stderr"]
+    assert "Traceback" not in run["stderr"] + run["stdout"]
+    assert run["stderr"].strip().splitlines()[-1].startswith("unlearnbench: interrupted; finished jobs are kept")
+    assert not run["alive"]
+    finished = run["finished"]
+    assert 1 <= len(finished) < 3 and all(r["status"] == "complete" for r in finished.values())
+    after = runs["sigterm"] if how == "ctrl-c" else {"stdout": resumed.stdout, "stderr": resumed.stderr}
+    output = after["stdout"] + after["stderr"]
+    assert output.count("already complete, skipped") == len(finished)
     assert f"local: {3 - len(finished)} job(s)" in output  # workers for the jobs left only (resume.py)
+
+
+@pytest.mark.processes
+def test_an_interrupted_local_sweep_resumes_to_its_end(interruptions):
+    _, resumed, root = interruptions
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(results(root / "sweep")) == 3 and all(r["status"] == "complete"
+                                                     for r in results(root / "sweep").values())
 
 
 def alive(group: int) -> bool:
