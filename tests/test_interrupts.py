@@ -179,6 +179,7 @@ def test_an_interrupt_that_lands_in_a_finalizer_is_raised_again_outside_it(monke
     handlers = {signum: signal.getsignal(signum) for signum in interrupt.SIGNALS}
     monkeypatch.setattr(interrupt, "requested", None)
     monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even under `make test &`
     interrupt.install()
 
     class Finalized:

@@ -68,13 +68,21 @@ def unsir_on_two_ranks(fabric: Fabric) -> dict:
             "moved": not torch.equal(weights, original), "untouched": untouched}
 
 
-def test_unsir_keeps_two_ranks_in_step():
+def on_two_ranks(fabric: Fabric) -> dict:
+    """Run by each rank: both checks below, in one launch (starting two ranks costs each its imports)."""
+    return {"unsir": unsir_on_two_ranks(fabric), "predictions": predictions_on_two_ranks(fabric)}
+
+
+@pytest.fixture(scope="module")
+def two_ranks() -> dict:
+    return launch(Fabric(accelerator="cpu", strategy="ddp_spawn", devices=2), on_two_ranks)
+
+
+def test_unsir_keeps_two_ranks_in_step(two_ranks):
     """The noise steps leave DDP's reducer alone: afterwards the impair and repair steps synchronise gradients (the
     ranks train on different halves of each batch and still end with identical weights), and both ranks used the
     same noise."""
-    fabric = Fabric(accelerator="cpu", strategy="ddp_spawn", devices=2)
-    outcome = launch(fabric, unsir_on_two_ranks)
-    assert outcome == {"same_noise": True, "same_weights": True, "moved": True, "untouched": True}
+    assert two_ranks["unsir"] == {"same_noise": True, "same_weights": True, "moved": True, "untouched": True}
 
 
 def predictions_on_two_ranks(fabric: Fabric) -> dict:
@@ -94,11 +102,11 @@ def predictions_on_two_ranks(fabric: Fabric) -> dict:
             for n, batch in ((1, 4), (7, 2), (9, 4), (64, 64), (65, 16))}
 
 
-def test_evaluation_on_two_ranks_equals_one_rank_sample_for_sample():
+def test_evaluation_on_two_ranks_equals_one_rank_sample_for_sample(two_ranks):
     """Batch k goes to rank k mod 2, the last round is padded and the padding cut: for pools of 1 sample, of an odd
     number of batches and of a last short batch, two ranks return one rank's logits, in the pool's order."""
     one = predictions_on_two_ranks(Fabric(accelerator="cpu", devices=1))
-    two = launch(Fabric(accelerator="cpu", strategy="ddp_spawn", devices=2), predictions_on_two_ranks)
+    two = two_ranks["predictions"]
     assert one.keys() == two.keys()
     for case, logits in one.items():
         assert logits.shape == (case[0], 10) and (logits == two[case]).all(), case
