@@ -32,6 +32,10 @@ POLL_S = 2.0  # how often the submitting host looks for finished jobs (submitit 
 # grow to half the time it has been watching, up to 10 min; a job cancelled an hour into a sweep would fail the
 # sweep half an hour later. One sacct call per sweep every WATCH_S at most is a light load on slurmdbd.
 WATCH_S = 10
+# submitit waits up to 15 s for a finished job's result file (slow shared filesystems show new files late). A job
+# that SLURM reports ended otherwise than COMPLETED was killed before it could write one: look for a few seconds only
+# (its result.json, if it did write one, is still read: `killed`), so that a cancelled job fails the sweep at once.
+ENDED_WAIT_S = 3
 
 KILLED = ("the job was cancelled, exceeded its time limit or memory, or its node failed; its log: {log} (rerun the "
           "same command to resume: finished jobs are skipped)")
@@ -79,6 +83,9 @@ class SlurmLauncher(SubmititSlurmLauncher):
         with interrupt.immediately():  # this process only waits (the array's tasks go on: scancel stops them)
             for job in submitit.helpers.as_completed(jobs, poll_frequency=POLL_S):  # the count as jobs end
                 index, (overrides, _, num, *_) = submitted[job.job_id]
+                if job.watcher.get_state(job.job_id, mode="cache").upper() != "COMPLETED":
+                    for each in (job, *job._sub_jobs):  # one per task of a multi-task job
+                        each._results_timeout_s = ENDED_WAIT_S
                 try:
                     returned = job.results()[0]
                 except submitit.core.utils.UncompletedJobError:
