@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(BIN)/unlearnbench
 
-test: install  # one worker per core (pytest-xdist), each test file on one worker (module fixtures built once), the longest files first (tests/conftest.py)
+test: install  # one worker more than the cores (pytest-xdist, tests/conftest.py), each test file on one worker (module fixtures built once), the longest files first (tests/conftest.py)
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
 
 test-fast: install  # the inner loop: the tests that start no process (a test that does fails, saying to mark it)

@@ -6,6 +6,13 @@ from __future__ import annotations
 import multiprocessing.process
 import os
 import subprocess
+from pathlib import Path
+
+# OpenMP threads that wait for a busy core sleep instead of spinning (read once, when torch loads its OpenMP runtime,
+# so before `import torch`; workers and the processes they start inherit it). The workers load the cores fully: a
+# job at two threads, whose second thread often waits for a core another worker holds, ran twice as fast so (12 s
+# against 21 s). It changes no result, only how the threads wait.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
 import torch
@@ -14,8 +21,9 @@ from helpers import TINY
 from unlearnbench.runtime.seeding import configure_determinism
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # One worker per core (`make test`): a second thread, here or in a job that leaves runtime.threads unset (the
-    # demo), would oversubscribe the cores, and OpenMP threads that wait for a busy core run several times slower.
+    # One torch thread per worker (`make test`): a second thread, here or in a job that leaves runtime.threads unset
+    # (the demo), would oversubscribe the cores, and OpenMP threads that wait for a busy core run several times
+    # slower.
     torch.set_num_threads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -24,6 +32,17 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 def tiny() -> list[str]:
     """A digits setting that trains in about a second per model and still learns."""
     return list(TINY)
+
+
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory) -> Path:
+    """The suite's model cache, for the tests that assert nothing about where a model came from: the product's own
+    content-addressed cache, shared by every xdist worker of the run (an entry is published whole, under a lock that
+    makes a second worker wait instead of training twice), so that a tiny M_o or M_r that many tests need is
+    trained once per suite. Tests about the cache itself (hits, training once, what a cold run computes) keep one
+    of their own."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if base.name.startswith("popen-gw") else base) / "shared-cache"
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +67,20 @@ LONGEST_FIRST = ("test_slurm.py", "test_launcher.py", "test_cli.py", "test_ranks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto`: one worker more than the cores for `make test`, one per core for `make test-fast`. About a tenth
+    of the whole suite's time is spent in processes that only wait (SLURM's state polls, a rank's timeout, a sweep
+    between two signals), and a worker per core leaves a core idle then; one more fills it (on 2 cores: 585 s
+    against 630 s). The tests that start no process never wait: there a third worker only adds its start-up. Each
+    worker runs torch on one thread. PYTEST_XDIST_AUTO_NUM_WORKERS, where set, decides instead (pytest-xdist's)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    import psutil
+
+    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    return cores if config.option.markexpr == FAST else cores + 1
 
 
 FAST = "not processes"  # `make test-fast`: the tests that start no process

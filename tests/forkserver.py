@@ -13,8 +13,10 @@ imported stays imported (the parent's state at fork: nothing of a job's state, w
 
 Safe to fork: the server imports modules and runs nothing. The only threads they start are OpenBLAS's pools (NumPy,
 SciPy) and pyarrow's jemalloc background thread, and both libraries handle fork (their atfork handlers quiesce the
-pools; jemalloc's child runs without background threads). Tests about the console script as an executable (the demo,
-interrupts, launchers, SLURM, ranks) start the real script.
+pools; jemalloc's child runs without background threads). Where the installed script itself is the subject, the tests
+start it as a shell would: the demo, the extending example, a local sweep stopped by signals, the Python example
+(and the processes that the console script starts in turn are real interpreters wherever it runs: launcher workers,
+SLURM's tasks, spawned ranks).
 
 Protocol (a SOCK_SEQPACKET socketpair): the client sends one JSON request with its stdin, stdout and stderr as file
 descriptors; the server answers {"pid": N}, and {"exit": N, "returncode": R} when that process ends.

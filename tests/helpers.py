@@ -26,21 +26,25 @@ def compose_config(overrides: list[str], return_hydra_config: bool = False):
         return compose("config", overrides=overrides, return_hydra_config=return_hydra_config)
 
 
-def plain_config(overrides: list[str], tmp_path: Path) -> dict:
-    """A resolved config as plain data, with the paths a job needs pointed into `tmp_path`."""
-    cfg = compose_config([f"paths.data_dir={tmp_path / 'data'}", f"paths.cache_dir={tmp_path / 'cache'}",
+def plain_config(overrides: list[str], tmp_path: Path, cache_dir: Path | None = None) -> dict:
+    """A resolved config as plain data, with the paths a job needs pointed into `tmp_path` (the model cache into
+    `cache_dir` where given: conftest's `shared_cache`)."""
+    cfg = compose_config([f"paths.data_dir={tmp_path / 'data'}", f"paths.cache_dir={cache_dir or tmp_path / 'cache'}",
                           *overrides])
     return OmegaConf.to_container(cfg, resolve=True)
 
 
-def run_in_process(overrides: list[str], tmp_path: Path, methods: list[str]):
-    """Run a job's body on one CPU process (no Hydra job folder): the fast way to test what a job computes."""
+def run_in_process(overrides: list[str], tmp_path: Path, methods: list[str], cache_dir: Path | None = None,
+                   method_options: dict[str, list[str]] | None = None):
+    """Run a job's body on one CPU process (no Hydra job folder): the fast way to test what a job computes.
+    `method_options` holds further overrides of single methods (`{"unsir": ["method.noise_steps=25"]}`)."""
     from lightning_fabric import Fabric
 
     from unlearnbench.job import JobPlan, execute
 
-    config = plain_config([o for o in overrides if not o.startswith("method.")], tmp_path)
-    method_configs = [plain_config([*overrides, f"+method={m}"], tmp_path)["method"] for m in methods]
+    config = plain_config([o for o in overrides if not o.startswith("method.")], tmp_path, cache_dir)
+    method_configs = [plain_config([*overrides, f"+method={m}", *(method_options or {}).get(m, [])], tmp_path)["method"]
+                      for m in methods]
     fabric = Fabric(accelerator="cpu", devices=1, precision=config["precision"]["fabric"])
     return execute(fabric, JobPlan(config, method_configs, str(tmp_path)))
 
@@ -82,20 +86,23 @@ def values(result: dict, **match) -> list:
 
 
 @functools.cache
+def method_configs() -> dict[str, dict]:
+    """Every method config of conf/method/, as Hydra composes it (resolved in the default setting), by name."""
+    return {path.stem: OmegaConf.to_container(compose_config([f"+method={path.stem}"]).method, resolve=True)
+            for path in sorted((REPO / "conf" / "method").glob("*.yaml"))}
+
+
+@functools.cache
 def image_methods(scenario: str) -> list[str]:
-    """Names of the image-classification methods that serve `scenario`, from conf/method/ (composed once)."""
+    """Names of the image-classification methods that serve `scenario` (each method config composed once: whom a
+    method serves depends on the scenario alone)."""
     from unlearnbench.components import build, target_of
 
     cfg = compose_config([f"scenario={scenario}"])
     scenario_object = build(OmegaConf.to_container(cfg.scenario), "scenario")
-    names = []
-    for path in sorted((REPO / "conf" / "method").glob("*.yaml")):
-        method = OmegaConf.to_container(compose_config([f"scenario={scenario}", f"+method={path.stem}"]).method,
-                                        resolve=True)
-        if target_of(method, "method").task == "image_classification" and \
-                build(method, "method").serves(scenario_object):
-            names.append(path.stem)
-    return names
+    return [name for name, method in method_configs().items()
+            if target_of(method, "method").task == "image_classification"
+            and build(method, "method").serves(scenario_object)]
 
 
 def make_task(data, scenario, target: str, model_factory, seed: int = 0, cache_dir: Path | None = None,

@@ -44,11 +44,13 @@ def clean_environment() -> dict:
 
 
 @pytest.fixture(scope="module")
-def example(tmp_path_factory):
+def example(tmp_path_factory, shared_cache):
+    """The docs' example run as a script in a folder of its own; its models in the suite's cache (as a user's
+    UNLEARNBENCH_CACHE_DIR would put them elsewhere)."""
     folder = tmp_path_factory.mktemp("notebook")
     shutil.copy(EXAMPLE, folder / EXAMPLE.name)
-    run = subprocess.run([sys.executable, EXAMPLE.name], cwd=folder, env=clean_environment(), capture_output=True,
-                         text=True, timeout=900)
+    run = subprocess.run([sys.executable, EXAMPLE.name], cwd=folder, capture_output=True, text=True, timeout=900,
+                         env={**clean_environment(), "UNLEARNBENCH_CACHE_DIR": str(shared_cache)})
     return folder, run
 
 

@@ -14,9 +14,10 @@ from unlearnbench.components import locate
 pytestmark = pytest.mark.processes  # every test here starts processes: the console script, ranks or a cluster
 
 
-def test_plain_unlearnbench_is_the_demo(tmp_path):
+def test_plain_unlearnbench_is_the_demo(tmp_path, shared_cache):
     """No overrides: digits, ResNet18, full-class, every method, one seed; prints a table, leaves result.json."""
-    run = run_cli([], tmp_path, fork=False, figures=True)  # the installed script itself, as a user types it
+    # the installed script itself, as a user types it (its folders, the suite's cache among them, aside)
+    run = run_cli([f"paths.cache_dir={shared_cache}"], tmp_path, fork=False, figures=True)
     assert run.returncode == 0, run.stderr
     assert "(original)" in run.stdout and "finetune" in run.stdout and "retrain" in run.stdout
     (name, result), = results(tmp_path / "sweep").items()
@@ -117,14 +118,16 @@ def test_missing_dataset_message_says_where_files_go_and_where_to_get_them(tmp_p
     assert str(tmp_path / "data" / "cifar10") in line and "cifar-10-python.tar.gz" in line
 
 
-def test_ddp_spawn_evaluates_exactly_like_one_process(tmp_path):
+def test_ddp_spawn_evaluates_exactly_like_one_process(tmp_path, shared_cache):
     """Two ranks train other models (another cache key: per-rank batch-norm statistics, another reduction order),
-    close to one rank's; given one rank's models, two ranks evaluate them to identical records."""
+    close to one rank's; given one rank's models, two ranks evaluate them to identical records. (The one- and
+    two-rank runs share the suite's cache, the demo's models included; the two-rank keys that get one rank's models
+    are in a cache of this test's own.)"""
     from unlearnbench.runtime.cache import ModelCache
 
     args = ["+method=retrain", "runtime.threads=1", "runtime.print_table=false"]  # the demo's recipe: it converges
-    single = run_cli(args, tmp_path, sweep="single")
-    spawn = run_cli([*args, "strategy=ddp_spawn"], tmp_path, sweep="spawn")
+    single = run_cli([*args, f"paths.cache_dir={shared_cache}"], tmp_path, sweep="single")
+    spawn = run_cli([*args, "strategy=ddp_spawn", f"paths.cache_dir={shared_cache}"], tmp_path, sweep="spawn")
     assert single.returncode == 0 and spawn.returncode == 0, spawn.stderr
     (one,), (trained,) = results(tmp_path / "single").values(), results(tmp_path / "spawn").values()
     assert trained["job"]["devices"] == 2 and trained["numerics"]["world_size"] == 2
@@ -142,11 +145,12 @@ def test_ddp_spawn_evaluates_exactly_like_one_process(tmp_path):
             # 0.11 (M_r); at TINY's 3 epochs they spanned 0.2, which no useful bound survives
             assert abs(a - b) < 0.15, (role, split, a, b)
 
-    cache = ModelCache(tmp_path / "cache")  # put one rank's models under the two-rank keys, then evaluate again
+    # one rank's models under the two-rank keys (in this test's own cache), then evaluate again
+    shared, cache = ModelCache(shared_cache), ModelCache(tmp_path / "cache")
     pairs = [(one["cache"]["original"], trained["cache"]["original"]),
              *zip(one["cache"]["retrained"], trained["cache"]["retrained"], strict=True)]
     for source, target in pairs:
-        entry = cache.read(source["key"])
+        entry = shared.read(source["key"])
         cache.publish(target["key"], entry.state, entry.meta)
     again = run_cli([*args, "strategy=ddp_spawn"], tmp_path, sweep="again")
     assert again.returncode == 0, again.stderr

@@ -24,9 +24,11 @@ from helpers import REPO, TINY, results
 INTERRUPTED = "unlearnbench: interrupted; finished jobs are kept"
 
 
-def start(args: list[str], root: Path, sweep: str = "sweep", **options) -> forkserver.Forked:
-    """The sweep in a forked process whose SIGINT is Python's default (as in a terminal), whatever this one's is."""
-    args = [*args, f"hydra.sweep.dir={root / sweep}", f"paths.cache_dir={root / 'cache'}",
+def start(args: list[str], root: Path, sweep: str = "sweep", cache: Path | None = None,
+          **options) -> forkserver.Forked:
+    """The sweep in a forked process whose SIGINT is Python's default (as in a terminal), whatever this one's is;
+    its models in `root`'s own cache unless another is given."""
+    args = [*args, f"hydra.sweep.dir={root / sweep}", f"paths.cache_dir={cache or root / 'cache'}",
             f"paths.data_dir={root / 'data'}"]
     options.setdefault("sigint_default", True)
     return forkserver.Forked(forkserver.server(), "unlearnbench", args, root,
@@ -100,16 +102,16 @@ MOMENTS = 30
 
 
 @pytest.fixture(scope="module")
-def calibrated(tmp_path_factory):
-    """A two-job sweep run to its end once to cache its models, then again, from the cache as every trial runs
-    it, to measure how long it takes."""
+def calibrated(tmp_path_factory, shared_cache):
+    """A two-job sweep run to its end once to cache its models (in the suite's cache), then again, from the cache
+    as every trial runs it, to measure how long it takes."""
     root = tmp_path_factory.mktemp("moments")
     for sweep in ("cached", "calibration"):
         began = time.monotonic()
-        process = start(SWEEP, root, sweep)
+        process = start(SWEEP, root, sweep, shared_cache)
         _, stderr = process.communicate(600)
         assert process.returncode == 0, stderr[-3000:]
-    return root, time.monotonic() - began
+    return root, shared_cache, time.monotonic() - began
 
 
 SWEEP = ["+method=retrain", "seeds.train=0,1", *TINY]
@@ -121,9 +123,9 @@ def test_an_interrupt_at_a_random_moment_exits_130_in_one_line(calibrated, trial
     """SIGINT or SIGTERM at a moment drawn uniformly over the first half of the sweep (from the moment its handler
     is in place): composing the config, Hydra's set-up, a job's stages, the count, between jobs. Its models come
     from the cache, so most of the time goes to composition and evaluation, where a raising handler did harm."""
-    root, duration = calibrated
+    root, cache, duration = calibrated
     moment = random.Random(trial).uniform(0, duration / 2)
-    process = start(SWEEP, root, f"trial{trial}")
+    process = start(SWEEP, root, f"trial{trial}", cache)
     wait_for(lambda: handling(process.pid) or process.poll() is not None)
     time.sleep(moment)
     assert process.poll() is None, f"the sweep ended before the moment {moment:.2f} s"

@@ -41,10 +41,10 @@ def run_with_faulty(args: list[str], tmp_path: Path, **kwargs) -> subprocess.Com
 
 
 @pytest.fixture(scope="module")
-def all_methods_job(tmp_path_factory):
+def all_methods_job(tmp_path_factory, shared_cache):
     """Every registered method plus a crashing and a diverging one, in one job (no +method), through the CLI."""
     root = tmp_path_factory.mktemp("all")
-    run = run_with_faulty([f"--config-dir={faulty_config_dir(root)}", *TINY], root)
+    run = run_with_faulty([f"--config-dir={faulty_config_dir(root)}", *TINY, f"paths.cache_dir={shared_cache}"], root)
     ((_, result),) = results(root / "sweep").items()
     return run, result
 
@@ -57,9 +57,10 @@ def test_one_crashing_and_one_diverging_method_leave_the_others_scored(all_metho
     assert set(failures) == {"crashing", "exploding"}
     assert failures["crashing"] == "RuntimeError: boom inside the method"
     assert failures["exploding"].startswith("exploding diverged: non-finite")
-    for method in image_methods("full_class"):  # all twelve others ran and scored
-        (accuracy,) = values(result, method=method, metric="acc", split="forget_test")
-        assert 0.0 <= accuracy <= 1.0, method
+    for method in image_methods("full_class"):  # all twelve others ran and scored on every split
+        for split in ("forget_test", "retain_test", "forget_train", "retain_train"):
+            (accuracy,) = values(result, method=method, metric="acc", split=split)
+            assert 0.0 <= accuracy <= 1.0, (method, split)
     science = [r for r in result["records"] if r["method"] == "exploding"
                and r["metric"] not in ("time_s", "memory_gib", "utilisation_pct")]
     assert science and all(r["value"] is None for r in science)  # a diverged model's metrics are null
@@ -77,8 +78,8 @@ def test_method_failures_are_reported_in_one_line_each_and_the_sweep_exits_non_z
     assert any("exploding" in line and "diverged" in line for line in lines), run.stderr
 
 
-def test_gradient_ascent_at_a_huge_learning_rate_diverges_alone(tmp_path):
-    config = plain_config(list(TINY), tmp_path)
+def test_gradient_ascent_at_a_huge_learning_rate_diverges_alone(tmp_path, shared_cache):
+    config = plain_config(list(TINY), tmp_path, shared_cache)
     methods = [plain_config([*TINY, "+method=gradient_ascent", "method.lr=1e12", "method.epochs=1"],
                             tmp_path)["method"],
                plain_config([*TINY, "+method=finetune", "method.epochs=1"], tmp_path)["method"]]
@@ -93,8 +94,9 @@ def test_gradient_ascent_at_a_huge_learning_rate_diverges_alone(tmp_path):
 
 
 @pytest.mark.processes
-def test_a_job_whose_every_method_failed_is_failed_with_the_first_reason(tmp_path):
-    run = run_with_faulty([f"--config-dir={faulty_config_dir(tmp_path)}", "+method=crashing", *TINY], tmp_path)
+def test_a_job_whose_every_method_failed_is_failed_with_the_first_reason(tmp_path, shared_cache):
+    run = run_with_faulty([f"--config-dir={faulty_config_dir(tmp_path)}", "+method=crashing", *TINY,
+                           f"paths.cache_dir={shared_cache}"], tmp_path)
     ((_, result),) = results(tmp_path / "sweep").items()
     assert run.returncode == 1 and "Traceback" not in run.stderr
     assert result["status"] == "failed"
@@ -129,12 +131,12 @@ def test_a_result_that_cannot_be_written_stops_with_one_line_and_leaves_nothing_
 
 
 @pytest.mark.processes
-def test_a_full_disk_stops_the_sweep_with_one_line_and_no_half_written_file(tmp_path):
+def test_a_full_disk_stops_the_sweep_with_one_line_and_no_half_written_file(tmp_path, shared_cache):
     with mounted_tmpfs(tmp_path / "disk", "1m") as disk:
         conf = faulty_config_dir(tmp_path, fill_disk={"_target_": "faulty.FillingDisk", "name": "fill_disk",
                                                       "folder": str(disk)})
         run = run_with_faulty([f"--config-dir={conf}", "+method=fill_disk", *TINY,
-                               f"hydra.sweep.dir={disk / 'sweep'}"], tmp_path)
+                               f"hydra.sweep.dir={disk / 'sweep'}", f"paths.cache_dir={shared_cache}"], tmp_path)
         assert run.returncode != 0
         assert "Traceback" not in run.stderr + run.stdout, run.stderr
         (line,) = [x for x in run.stderr.splitlines() if "cannot write" in x]
@@ -174,8 +176,9 @@ def test_bad_method_options_study_sizes_and_names_fail_before_any_job(tmp_path, 
 
 
 @pytest.mark.processes
-def test_a_swept_unsafe_name_stays_inside_the_sweep_folder(tmp_path):
-    run = run_cli(["+method=retrain", "method.name=retrain,../../escaped", *TINY], tmp_path)
+def test_a_swept_unsafe_name_stays_inside_the_sweep_folder(tmp_path, shared_cache):
+    run = run_cli(["+method=retrain", "method.name=retrain,../../escaped", *TINY, f"paths.cache_dir={shared_cache}"],
+                  tmp_path)
     assert run.returncode == 1
     folders = sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir() and p.name != "report")
     assert len(folders) == 2

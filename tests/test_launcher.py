@@ -122,10 +122,10 @@ def faulty_user_config(root: Path) -> Path:
 
 
 @pytest.mark.processes
-def test_a_failed_job_is_one_failed_line_and_the_sweep_exits_1(tmp_path, monkeypatch):
+def test_a_failed_job_is_one_failed_line_and_the_sweep_exits_1(tmp_path, monkeypatch, shared_cache):
     monkeypatch.setenv("PYTHONPATH", f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     run = run_cli([f"--config-dir={faulty_user_config(tmp_path)}", "+method=crashing,finetune", *UNSET_THREADS,
-                   "hydra/launcher=local", "hydra.launcher.workers=2"], tmp_path)
+                   "hydra/launcher=local", "hydra.launcher.workers=2", f"paths.cache_dir={shared_cache}"], tmp_path)
     assert run.returncode == 1, run.stderr
     failed = [line for line in run.stderr.splitlines() if line.startswith("FAILED")]
     assert len(failed) == 1 and "crashing" in failed[0]

@@ -391,14 +391,6 @@ def test_in_a_job_an_alpha_nothing_reaches_leaves_the_original_model(jobs, job_f
     assert records(outcome, "unlearned", "layer_distance", method) == records(outcome, "original", "layer_distance")
 
 
-def test_both_run_in_the_random_sample_scenario(jobs, job_folder):
-    outcome = run_in_process([*TINY, "seeds.train=0", "scenario=random_sample", "scenario.targets=[0.05]"],
-                             job_folder, ["ssd", "lfssd"])  # M_o from the cache
-    got = unlearned_records(outcome)
-    for method in ("ssd", "lfssd"):
-        assert all(0 <= got["0.05", method, "acc", s] <= 1 for s in SPLITS)
-
-
 def test_both_run_in_the_sub_class_scenario_on_cifar20(tmp_path):
     write_cifar100(tmp_path / "data" / "cifar100")
     outcome = run_in_process(["dataset=cifar20", "scenario=sub_class", "scenario.targets=[rocket]", "model.width=4",

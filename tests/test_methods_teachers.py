@@ -1,7 +1,7 @@
 """Bad Teacher, Random Labels and UNSIR as the SSD authors' code runs them (github
 if-loops/selective-synaptic-dampening): their data, targets and noise checked directly, their seeding, UNSIR's fixed
-reference defects and its refusal of the random-sample scenario, and whole jobs (the losses against the reference:
-test_oracle_teachers.py)."""
+reference defects and its refusal of the random-sample scenario (the losses against the reference:
+test_oracle_teachers.py; whole jobs of every method: test_methods_all.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fabricate import write_cifar100
-from helpers import TINY, compose_config, make_task, run_in_process
+from helpers import compose_config, make_task
 from lightning_fabric import Fabric
 
 from unlearnbench.data.cifar import Cifar100
@@ -250,24 +250,3 @@ def test_method_refuses_a_float16_model_rather_than_turning_it_into_nan(digits, 
                            fabric=Fabric(accelerator="cpu", devices=1, precision="16-true"))
     with pytest.raises(UserError, match=r"Adam.*float16.*bf16-true"):
         CLASSES[name](name).unlearn(load(), task)
-
-
-# --- whole jobs ----------------------------------------------------------------------------------------------------
-
-def by_key(records: list[dict]) -> dict:
-    return {(r["method"], r["role"], r["metric"], r["split"]): r["value"] for r in records}
-
-
-@pytest.fixture(scope="module")
-def job_folder(tmp_path_factory):
-    """One folder, so later jobs read the original model from the first one's cache."""
-    return tmp_path_factory.mktemp("jobs")
-
-
-def test_jobs_run_in_the_random_sample_scenario(job_folder):
-    outcome = run_in_process([*TINY, "scenario=random_sample", "scenario.targets=[0.05]"], job_folder,
-                             ["bad_teacher", "random_labels"])
-    assert outcome.error is None, outcome.trace
-    records = by_key(outcome.records)
-    for name in ("bad_teacher", "random_labels"):
-        assert 0.0 <= records[name, "unlearned", "acc", "retain_test"] <= 1.0

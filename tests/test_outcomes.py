@@ -12,7 +12,9 @@ defaults moved to the authors' values).
 
 Not asserted, because no margin held: whether SSD, LFSSD, Bad Teacher or UNSIR lower the forget accuracy of one
 model (per run, SSD's D'_f accuracy ranged from 0.70 to 1.30 times the original's, UNSIR's up to 1.55 times; their
-mechanics are tested on constructed cases in test_methods_*.py).
+mechanics are tested on constructed cases in test_methods_*.py). So they are not run here: that every method scores
+on every split of a full-class job is asserted by test_job_faults.py's job of every method, and in the random-sample
+scenario by test_methods_all.py.
 """
 
 from __future__ import annotations
@@ -24,15 +26,16 @@ SEEDS = (0, 1, 2)
 STRONG_FORGETTERS = ("finetune", "gradient_ascent", "neggrad_plus", "salun", "l1_sparse")  # train on D_r or ascend
 RELABELLERS = ("random_labels", "scrub")  # D_f relabelled or pushed away from the teacher, D_r kept
 RETAIN_KEEPERS = ("finetune", "salun", "l1_sparse", "random_labels", "scrub")  # keep training on D_r
+METHODS = sorted({*STRONG_FORGETTERS, *RELABELLERS, *RETAIN_KEEPERS, "retrain"})  # the methods asserted on
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> list[dict]:
-    """Every full-class method on digits at TINY, for three training seeds (one cache)."""
-    folder, methods = tmp_path_factory.mktemp("outcomes"), image_methods("full_class")
+def runs(tmp_path_factory, shared_cache) -> list[dict]:
+    """The full-class methods asserted on, on digits at TINY, for three training seeds (the suite's cache)."""
+    folder = tmp_path_factory.mktemp("outcomes")
     out = []
     for seed in SEEDS:
-        outcome = run_in_process([*TINY, f"seeds.train={seed}"], folder, methods)
+        outcome = run_in_process([*TINY, f"seeds.train={seed}"], folder, METHODS, shared_cache)
         assert outcome.error is None, outcome.trace
         out.append({(r["method"] or r["role"], r["metric"], r["split"]): r["value"] for r in outcome.records})
     return out
@@ -42,9 +45,10 @@ def mean(runs: list[dict], model: str, split: str, metric: str = "acc") -> float
     return sum(run[model, metric, split] for run in runs) / len(runs)
 
 
-def test_every_method_scores_on_every_split(runs):
+def test_the_methods_score_on_every_split(runs):
+    assert set(METHODS) <= set(image_methods("full_class"))
     for run in runs:
-        for method in image_methods("full_class"):
+        for method in METHODS:
             for split in ("forget_test", "retain_test", "forget_train", "retain_train"):
                 assert 0.0 <= run[method, "acc", split] <= 1.0, (method, split)
 

@@ -255,12 +255,12 @@ def complete_results(folder: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
+def real(tmp_path_factory, shared_cache):
     """3 training × 3 unlearning seeds × {ssd, finetune} on digits: started, killed once a job has finished,
-    reported, then run again into the same folder to completion."""
+    reported, then run again into the same folder to completion (the models in the suite's cache)."""
     tmp_path = tmp_path_factory.mktemp("real")
     sweep = tmp_path / "sweep"
-    args = [*SWEEP, f"hydra.sweep.dir={sweep}", f"paths.cache_dir={tmp_path / 'cache'}",
+    args = [*SWEEP, f"hydra.sweep.dir={sweep}", f"paths.cache_dir={shared_cache}",
             f"paths.data_dir={tmp_path / 'data'}"]
     process = forkserver.Forked(forkserver.server(), "unlearnbench", args, tmp_path,
                                 {**os.environ, "PYTHONWARNINGS": "ignore"})
@@ -273,7 +273,7 @@ def real(tmp_path_factory):
         process.communicate()
     finished = complete_results(sweep)
     partial = run_cli([str(sweep), "--out", str(tmp_path / "partial")], tmp_path, program="unlearnbench-report")
-    resumed = run_cli(SWEEP, tmp_path)
+    resumed = run_cli([*SWEEP, f"paths.cache_dir={shared_cache}"], tmp_path)
     return tmp_path, sweep, finished, partial, resumed
 
 

@@ -27,14 +27,14 @@ def study_script():
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def study(tmp_path_factory, shared_cache):
     """The script on 3 training × 2 unlearning seeds. Its sweeps run under the basic launcher (a later
     `hydra/launcher` wins over the script's `local`): the launcher does not change a job's records
     (test_launcher.py), and on a busy machine two workers' start-up would cost more than their parallelism wins."""
     root = tmp_path_factory.mktemp("study")
     command = [sys.executable, str(REPO / "scripts" / "seed_study.py"), "--out", str(root / "study"),
                "--train-seeds", "3", "--unlearn-seeds", "2", "--methods", "ssd,finetune",
-               f"paths.cache_dir={root / 'cache'}", f"paths.data_dir={root / 'data'}", "report.target_se=0.02", *TINY,
+               f"paths.cache_dir={shared_cache}", f"paths.data_dir={root / 'data'}", "report.target_se=0.02", *TINY,
                "hydra/launcher=basic", "report.figures=false"]  # the sweeps' own reports; the study's draws its figure
     run = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=root)
     return root / "study", run

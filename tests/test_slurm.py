@@ -63,12 +63,14 @@ def cluster():
     subprocess.run([CLUSTER, "down"], capture_output=True, timeout=120)
 
 
-def command(args: list[str], root: Path, sweep: str, cache: str = "cache") -> list[str]:
+def command(args: list[str], root: Path, sweep: str, cache: str | Path = "cache") -> list[str]:
+    """The console script's command line, its folders under `root` (`cache` may be elsewhere: conftest's
+    `shared_cache`)."""
     return [str(Path(sys.executable).parent / "unlearnbench"), *args, f"hydra.sweep.dir={root / sweep}",
             f"paths.cache_dir={root / cache}", f"paths.data_dir={root / 'data'}"]
 
 
-def sweep(args: list[str], root: Path, env: dict, sweep: str, cache: str = "cache",
+def sweep(args: list[str], root: Path, env: dict, sweep: str, cache: str | Path = "cache",
           timeout: int = 300) -> subprocess.CompletedProcess:
     """The sweep's submitting process, forked from the test's fork server (forkserver.py); its array's tasks are
     the processes SLURM starts."""
@@ -173,8 +175,8 @@ def test_a_requeued_job_completes_on_its_second_start(cluster, tmp_path):
     assert "Jobs: 2 (2 complete, 0 failed)" in (tmp_path / "sweep" / "report" / "report.md").read_text()
 
 
-def test_a_cancelled_job_fails_the_sweep_promptly_and_a_rerun_resumes(cluster, tmp_path):
-    args = command([*gated(tmp_path, hold=1), *TINY, *SLURM, "seeds.train=0,1"], tmp_path, "sweep")
+def test_a_cancelled_job_fails_the_sweep_promptly_and_a_rerun_resumes(cluster, tmp_path, shared_cache):
+    args = command([*gated(tmp_path, hold=1), *TINY, *SLURM, "seeds.train=0,1"], tmp_path, "sweep", shared_cache)
     running = submitting(args, tmp_path, cluster)
     try:
         job = held_job(tmp_path, seed=1, sweep=running)
@@ -203,16 +205,18 @@ def test_a_cancelled_job_fails_the_sweep_promptly_and_a_rerun_resumes(cluster, t
     assert "SLURM: 1 job(s) as one array" in again.stdout + again.stderr  # only the cancelled one runs again
 
 
-def test_ddp_takes_its_two_ranks_from_slurm_and_rank_0_alone_writes(cluster, tmp_path):
+def test_ddp_takes_its_two_ranks_from_slurm_and_rank_0_alone_writes(cluster, tmp_path, shared_cache):
     """Two SLURM tasks per job are the two ranks (gloo on the CPU): the same training and evaluation as two ranks
-    that Fabric spawns on one machine, bit for bit."""
+    that Fabric spawns on one machine, bit for bit. (Its models, in the suite's cache, serve the next tests.)"""
     args = [*TINY, "+method=finetune", "runtime.threads=1"]
-    on_slurm = sweep([*args, *SLURM, "strategy=ddp", "strategy.devices=2"], tmp_path, cluster, "slurm")
+    on_slurm = sweep([*args, *SLURM, "strategy=ddp", "strategy.devices=2"], tmp_path, cluster, "slurm",
+                     cache=shared_cache)
     assert on_slurm.returncode == 0, on_slurm.stderr[-3000:]
     spawned = sweep([*args, "strategy=ddp_spawn", "strategy.devices=2"], tmp_path, cluster, "spawn")
     assert spawned.returncode == 0, spawned.stderr[-3000:]
     (two_tasks,), (two_spawned,) = results(tmp_path / "slurm").values(), results(tmp_path / "spawn").values()
     assert two_tasks["numerics"]["world_size"] == 2 and two_tasks["numerics"]["strategy"] == "ddp"
+    assert not two_tasks["cache"]["original"]["hit"] and not two_tasks["cache"]["retrained"][0]["hit"]  # trained
     assert science(two_tasks) == science(two_spawned)
     (folder,) = (tmp_path / "slurm").glob("digits_*")
     log = (folder / "unlearnbench.log").read_text()
@@ -229,14 +233,14 @@ def rank_faulty(root: Path, name: str, options: str) -> str:
     return f"--config-dir={root / 'user_conf'}"
 
 
-def test_a_killed_ddp_task_ends_its_job_promptly_naming_the_task(cluster, tmp_path):
+def test_a_killed_ddp_task_ends_its_job_promptly_naming_the_task(cluster, tmp_path, shared_cache):
     """Rank 1 of a two-task job is killed inside a method (`KillingRank`): SLURM ends the other task
     (--kill-on-bad-exit), the sweep exits 1 well within the process group's timeout, and the job's result names the
     task that died."""
     args = [rank_faulty(tmp_path, "rankkill", "_target_: faulty.KillingRank"), *TINY, *SLURM, "strategy=ddp",
             "strategy.devices=2", "methods=[rankkill,finetune]", "strategy.timeout_s=600"]
     start = time.monotonic()
-    run = sweep(args, tmp_path, cluster, "sweep")
+    run = sweep(args, tmp_path, cluster, "sweep", cache=shared_cache)
     assert run.returncode == 1 and time.monotonic() - start < 240, run.stderr[-3000:]
     (result,) = results(tmp_path / "sweep").values()
     assert result["status"] == "failed" and ": task 1: Killed; " in result["error"], result["error"]
@@ -245,14 +249,14 @@ def test_a_killed_ddp_task_ends_its_job_promptly_naming_the_task(cluster, tmp_pa
     assert "task 1: Killed" in line and "Traceback" not in run.stderr
 
 
-def test_a_ddp_method_failing_on_one_task_stops_its_job_with_that_tasks_message(cluster, tmp_path):
+def test_a_ddp_method_failing_on_one_task_stops_its_job_with_that_tasks_message(cluster, tmp_path, shared_cache):
     """Rank 1 fails inside the method while rank 0 waits in an all-reduce that rank 1 never joins (`FailingOnRank`,
     stuck). Ranks that SLURM started cannot be started again from inside the job: it stops there, failed with rank
     1's own message, the records of finetune (before it) kept, ssd (after it) not run."""
     args = [rank_faulty(tmp_path, "rankstuck", "_target_: faulty.FailingOnRank\nstuck: true"), *TINY, *SLURM,
             "strategy=ddp", "strategy.devices=2", "methods=[finetune,rankstuck,ssd]", "strategy.timeout_s=600"]
     start = time.monotonic()
-    run = sweep(args, tmp_path, cluster, "sweep")
+    run = sweep(args, tmp_path, cluster, "sweep", cache=shared_cache)
     assert run.returncode == 1 and time.monotonic() - start < 240, run.stderr[-3000:]
     (result,) = results(tmp_path / "sweep").values()
     assert result["status"] == "failed"
