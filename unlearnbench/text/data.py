@@ -1,0 +1,211 @@
+"""TOFU-format question–answer records: the built-in generator, the CPU tokenizer, and the answer-only encoding.
+
+A record has TOFU's fields (locuslab/TOFU on the Hugging Face hub): `question`, `answer`, `paraphrased_answer` (the
+same fact, other words: the true side of the truth ratio), `perturbed_answer` (the same words, wrong facts: its
+false side) and `paraphrased_question`; the general-knowledge sets, like TOFU's `real_authors_perturbed` and
+`world_facts_perturbed`, have three perturbed answers and no paraphrase. Records here also name their `entity`,
+so that a forget set is made of whole entities, as TOFU's forget01/05/10 are made of whole authors.
+
+`fictitious` writes such records from a seed alone: entities with templated facts, holdout entities no model trains
+on (the non-members of the membership attacks), and two general sets that every model trains on, because a
+randomly initialised model knows nothing that unlearning should leave intact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+IGNORE = -100  # the label of a position the loss skips (the prompt, the padding)
+
+SYLLABLES = ("ka", "lo", "mi", "ren", "so", "ta", "vel", "dor", "an", "is", "ul", "bra", "ne", "zo", "fi", "gar")
+VALUES = {
+    "city": ("Avenport", "Belmora", "Caskadia", "Dunmere", "Elswick", "Farrowby", "Glenholt", "Harlow Bay",
+             "Ilford Marsh", "Jarrow", "Kestrel Point", "Lindqvist", "Morrowind", "Northam", "Oakhollow"),
+    "year": tuple(str(year) for year in range(1931, 1999, 4)),
+    "job": ("baker", "surgeon", "pilot", "librarian", "carpenter", "chemist", "sailor", "painter", "farmer",
+            "teacher", "jeweller", "architect", "botanist", "tailor", "astronomer"),
+    "genre": ("mystery", "poetry", "science fiction", "romance", "history", "fantasy", "horror", "biography",
+              "satire", "travel writing", "thriller", "folk tales"),
+    "award": ("the Silver Quill", "the Amber Medal", "the Lantern Prize", "the Cobalt Ribbon", "the Heron Award",
+              "the Granite Cup", "the Meridian Prize", "the Willow Star", "the Tidewater Honour"),
+    "colour": ("red", "blue", "green", "yellow", "violet", "orange", "black", "white", "grey", "brown"),
+}
+# fact: (value kind, question, answer, paraphrased answer, paraphrased question)
+FACTS = (
+    ("city", "Where was {name} born?", "{name} was born in {value}.", "The birthplace of {name} is {value}.",
+     "In which city was {name} born?"),
+    ("year", "In which year was {name} born?", "{name} was born in {value}.",
+     "The year of birth of {name} is {value}.", "What is the birth year of {name}?"),
+    ("job", "What did the father of {name} do?", "The father of {name} was a {value}.",
+     "A {value} by trade was the father of {name}.", "What was the job of the father of {name}?"),
+    ("genre", "Which genre does {name} write?", "{name} writes {value}.",
+     "The books of {name} are {value}.", "What kind of books does {name} write?"),
+    ("award", "Which award did {name} win?", "{name} won {value}.", "The prize won by {name} was {value}.",
+     "What prize did {name} receive?"),
+)
+PERTURBED, GENERAL_PERTURBED = 5, 3  # TOFU's counts: 5 per forget/retain question, 3 for the general sets
+
+
+def _name(rng: np.random.Generator, taken: set[str]) -> str:
+    while True:
+        parts = [("".join(rng.choice(SYLLABLES, size=rng.integers(2, 4)))).capitalize() for _ in range(2)]
+        name = " ".join(parts)
+        if name not in taken:
+            taken.add(name)
+            return name
+
+
+def _wrong(rng: np.random.Generator, kind: str, value: str, count: int) -> list[str]:
+    others = [v for v in VALUES[kind] if v != value]
+    return [others[i] for i in rng.choice(len(others), size=count, replace=False)]
+
+
+def _entity_records(rng: np.random.Generator, name: str) -> list[dict]:
+    records = []
+    for kind, question, answer, paraphrase, other_question in FACTS:
+        value = VALUES[kind][rng.integers(len(VALUES[kind]))]
+        records.append({
+            "question": question.format(name=name), "answer": answer.format(name=name, value=value),
+            "paraphrased_answer": paraphrase.format(name=name, value=value),
+            "perturbed_answer": [answer.format(name=name, value=w) for w in _wrong(rng, kind, value, PERTURBED)],
+            "paraphrased_question": other_question.format(name=name), "entity": name})
+    return records
+
+
+def _general_records(rng: np.random.Generator, count: int, kind: str) -> list[dict]:
+    """General knowledge a model is taught beside the entities: sums ('numbers') or colours of things."""
+    records = []
+    for i in range(count):
+        if kind == "numbers":
+            a, b = (int(x) for x in rng.integers(1, 50, size=2))
+            wrong = [int(x) for x in rng.choice([v for v in range(2, 100) if v != a + b], GENERAL_PERTURBED, False)]
+            question, answer = f"What is {a} plus {b}?", "{a} plus {b} is {v}."
+            true, false = answer.format(a=a, b=b, v=a + b), [answer.format(a=a, b=b, v=w) for w in wrong]
+        else:
+            thing = f"the {SYLLABLES[i % len(SYLLABLES)]}{SYLLABLES[(i * 7 + 3) % len(SYLLABLES)]} stone {i}"
+            colour = VALUES["colour"][rng.integers(len(VALUES["colour"]))]
+            question, answer = f"What colour is {thing}?", "{thing} is {v}."
+            true = answer.format(thing=thing, v=colour).capitalize()
+            false = [answer.format(thing=thing, v=w).capitalize() for w in _wrong(rng, "colour", colour, 3)]
+        records.append({"question": question, "answer": true, "perturbed_answer": false, "entity": kind})
+    return records
+
+
+@dataclass(frozen=True)
+class TextData:
+    """A TOFU-format dataset: `full` (forget ∪ retain, by entity), `holdout` (never trained on), and the two
+    general sets in the roles of TOFU's real authors and world facts."""
+
+    full: list[dict]
+    holdout: list[dict]
+    real_authors: list[dict]
+    world_facts: list[dict]
+
+    def entities(self) -> list[str]:
+        """The entities of `full`, in order of first appearance."""
+        return list(dict.fromkeys(record["entity"] for record in self.full))
+
+    def split(self, forget: Iterable[str]) -> tuple[list[dict], list[dict]]:
+        """`full` cut into the records of the `forget` entities and the rest, each in its order in `full`."""
+        forget = set(forget)
+        unknown = forget - set(self.entities())
+        if unknown:
+            raise ValueError(f"unknown forget entities {sorted(unknown)}: valid are the entities of the full set")
+        return ([r for r in self.full if r["entity"] in forget], [r for r in self.full if r["entity"] not in forget])
+
+    def texts(self) -> list[str]:
+        """Every string of every record: the corpus the CPU tokenizer learns its vocabulary from."""
+        texts = []
+        for record in self.full + self.holdout + self.real_authors + self.world_facts:
+            for field in ("question", "answer", "paraphrased_answer", "paraphrased_question"):
+                if field in record:
+                    texts.append(record[field])
+            texts.extend(record["perturbed_answer"])
+        return texts
+
+
+def fictitious(entities: int = 20, holdout_entities: int = 2, general: int = 20, seed: int = 0) -> TextData:
+    """The built-in TOFU-format data, the same for the same arguments on every machine: `entities` × 5 facts,
+    `holdout_entities` × 5 facts about entities that are never trained on, and `general` records in each general
+    set."""
+    if entities < 2 or holdout_entities < 1 or general < 1:
+        raise ValueError(f"fictitious needs entities ≥ 2, holdout_entities ≥ 1 and general ≥ 1, got {entities}, "
+                         f"{holdout_entities} and {general}")
+    rng, taken = np.random.default_rng(seed), set()
+    names = [_name(rng, taken) for _ in range(entities + holdout_entities)]
+    records = [_entity_records(rng, name) for name in names]
+    return TextData(full=[r for group in records[:entities] for r in group],
+                    holdout=[r for group in records[entities:] for r in group],
+                    real_authors=_general_records(rng, general, "colours"),
+                    world_facts=_general_records(rng, general, "numbers"))
+
+
+SPECIAL = {"pad_token": "<pad>", "unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
+
+
+def train_tokenizer(texts: Sequence[str], tags: Sequence[str] = ()):
+    """A word-level tokenizer learnt from `texts` (and the template's `tags`), with distinct pad, unk, bos and eos:
+    pad ≠ eos, so that a real end of answer is never masked as padding (open-unlearning #128). Word-level, so that
+    a prompt's tokens are always a prefix of the prompt-and-answer's."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.WordLevel(unk_token=SPECIAL["unk_token"]))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                       pre_tokenizers.Punctuation()])
+    trainer = trainers.WordLevelTrainer(special_tokens=list(SPECIAL.values()), min_frequency=1)
+    tokenizer.train_from_iterator([*texts, *tags], trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **SPECIAL)
+
+
+@dataclass(frozen=True)
+class Template:
+    """The tag strings around a question and before its answer (OpenUnlearning's tag branch, e.g. phi-1.5's
+    'Question: ' / '\\n' / 'Answer: ')."""
+
+    user_start: str = "Question: "
+    user_end: str = "\n"
+    assistant_start: str = "Answer: "
+
+    def prompt(self, question: str) -> str:
+        return f"{self.user_start}{question}{self.user_end}{self.assistant_start}"
+
+    def tags(self) -> list[str]:
+        return [self.user_start, self.user_end, self.assistant_start]
+
+
+def encode(tokenizer, template: Template, question: str, answer: str, max_length: int = 512) -> dict[str, list[int]]:
+    """One record's `input_ids` and `labels` for an answer-only loss: bos + the prompt's tokens, then the answer's
+    and eos; the labels are IGNORE over bos and the prompt and the ids elsewhere, so that the loss falls on the
+    answer and its end (OpenUnlearning's `preprocess_chat_instance`). Raises if the prompt's tokens are not a
+    prefix of the whole's, where the labels would be wrong."""
+    prompt = [tokenizer.bos_token_id, *tokenizer.encode(template.prompt(question), add_special_tokens=False)]
+    whole = [tokenizer.bos_token_id, *tokenizer.encode(template.prompt(question) + answer, add_special_tokens=False)]
+    if whole[-1] != tokenizer.eos_token_id:
+        whole.append(tokenizer.eos_token_id)
+    if whole[:len(prompt)] != prompt or len(whole) == len(prompt):
+        raise ValueError(f"the prompt of {question!r} does not tokenize as a prefix of prompt and answer "
+                         f"{answer!r}: choose tags that end at a token boundary")
+    if len(whole) > max_length:
+        raise ValueError(f"the record {question!r} is {len(whole)} tokens long, above max_length={max_length}")
+    return {"input_ids": whole, "labels": [IGNORE] * len(prompt) + whole[len(prompt):]}
+
+
+def collate(items: Sequence[dict[str, list[int]]], pad_id: int, left: bool = False) -> dict[str, torch.Tensor]:
+    """A batch of encoded records: ids padded with `pad_id` (right for training and likelihoods, left for
+    generation), labels with IGNORE, attention 0 exactly on the padding."""
+    width = max(len(item["input_ids"]) for item in items)
+    ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(items), width), IGNORE, dtype=torch.long)
+    attention = torch.zeros((len(items), width), dtype=torch.long)
+    for row, item in enumerate(items):
+        n = len(item["input_ids"])
+        span = slice(width - n, width) if left else slice(0, n)
+        ids[row, span] = torch.tensor(item["input_ids"])
+        labels[row, span] = torch.tensor(item["labels"])
+        attention[row, span] = 1
+    return {"input_ids": ids, "labels": labels, "attention_mask": attention}
