@@ -124,6 +124,14 @@ def test_min_k_and_min_k_plus_plus_by_hand():
     assert metrics.zlib_score(2.0, "abc") == pytest.approx(2.0 / len(zlib.compress(b"abc")))
 
 
+def test_rouge_l_recall_is_the_lcs_of_stemmed_words_over_the_reference():
+    recall = metrics.rouge_l_recall(["the cat on mat", "Two cats.", "", "mat the on"],
+                                    ["the cat sat on the mat", "two cat", "a b", "the cat sat on the mat"])
+    assert recall.tolist() == pytest.approx([4 / 6, 1.0, 0.0, 2 / 6])
+    with pytest.raises(ValueError, match="2 generations for 1 references"):
+        metrics.rouge_l_recall(["a", "b"], ["a"])
+
+
 @pytest.mark.parametrize(("predictions", "labels", "em", "es"), [
     ([1, 2, 3, 4], [1, 2, 3, 4], 1.0, 1.0),
     ([9, 2, 3, 4], [1, 2, 3, 4], 0.75, 0.75),

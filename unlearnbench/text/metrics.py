@@ -119,6 +119,19 @@ def zlib_score(loss: float, answer: str) -> float:
     return loss / len(zlib.compress(answer.encode("utf-8")))
 
 
+def rouge_l_recall(generations: Sequence[str], references: Sequence[str]) -> np.ndarray:
+    """Per example, ROUGE-L recall of a generation against its reference answer: the longest common subsequence of
+    their (Porter-stemmed, lower-cased) words over the reference's word count, scored by Google's `rouge-score`
+    package as TOFU and OpenUnlearning score it (`RougeScorer(["rougeL"], use_stemmer=True)`)."""
+    from rouge_score.rouge_scorer import RougeScorer
+
+    if len(generations) != len(references):
+        raise ValueError(f"{len(generations)} generations for {len(references)} references: one of each per example")
+    scorer = RougeScorer(["rougeL"], use_stemmer=True)
+    return np.array([scorer.score(reference, generation)["rougeL"].recall
+                     for generation, reference in zip(generations, references, strict=True)], dtype=np.float64)
+
+
 def exact_memorization(predictions: ArrayLike, labels: ArrayLike) -> float:
     """The fraction of answer positions where the teacher-forced argmax prediction is the label."""
     predictions, labels = np.asarray(predictions), np.asarray(labels)
