@@ -32,9 +32,9 @@ def test_records_have_tofus_fields_and_wrong_answers_that_are_wrong(data):
     for record in data.real_authors + data.world_facts:
         assert len(record["perturbed_answer"]) == 3 and record["answer"] not in record["perturbed_answer"]
         assert "paraphrased_answer" not in record
-    sums = data.world_facts
-    a, b = (int(word) for word in sums[0]["question"].rstrip("?").split()[2::2])
-    assert sums[0]["answer"] == f"{a} plus {b} is {a + b}."
+    a_sum = data.world_facts[0]
+    a, b = (int(word) for word in a_sum["question"].rstrip("?").split()[2::2])
+    assert a_sum["answer"] == f"{a} plus {b} is {a + b}."
     assert not {r["entity"] for r in data.holdout} & set(data.entities())
 
 

@@ -1,4 +1,4 @@
-"""unlearnbench.text.metrics against independent loops written here, against sklearn and scipy, and against TOFU's
+"""unlearnbench.text.metrics against independent loops written here, against scipy, and against TOFU's
 own aggregation on its published evaluation logs (tests/data/tofu_eval_logs.json: a copy of the per-example numbers
 that locuslab/tofu's aggregate_eval_stat.py reads, for Llama-2-7b fine-tuned on full and on retain90)."""
 
@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy.stats import hmean, ks_2samp
-from sklearn.metrics import roc_auc_score
 
 from unlearnbench.text import metrics
 
@@ -103,12 +102,12 @@ def test_the_per_example_functions_against_loops():
     assert metrics.model_utility([0.5, 0.0, 1.0]) == 0.0
 
 
-def test_the_mia_auc_is_sklearns_with_members_labelled_0():
+def test_the_mia_auc_is_the_chance_a_non_member_scores_above_a_member():
     rng = np.random.default_rng(1)
     members, others = rng.normal(0, 1, 30), rng.normal(0.8, 1, 25)
     members[:5] = others[:5]  # ties count half
-    labels = np.r_[np.zeros(30), np.ones(25)]
-    assert metrics.mia_auc(members, others) == pytest.approx(roc_auc_score(labels, np.r_[members, others]))
+    pairs = [1.0 if o > m else 0.5 if o == m else 0.0 for o in others for m in members]
+    assert metrics.mia_auc(members, others) == pytest.approx(sum(pairs) / len(pairs))
     assert metrics.mia_auc([0.1, 0.2], [1.0, 2.0]) == 1.0
     assert metrics.privleak(0.5, 0.5) == pytest.approx(0.0)
     assert metrics.privleak(0.981, 0.5) == pytest.approx(-96.2)  # the fallback reference of open-unlearning #167

@@ -52,7 +52,7 @@ PERTURBED, GENERAL_PERTURBED = 5, 3  # TOFU's counts: 5 per forget/retain questi
 
 def _name(rng: np.random.Generator, taken: set[str]) -> str:
     while True:
-        parts = [("".join(rng.choice(SYLLABLES, size=rng.integers(2, 4)))).capitalize() for _ in range(2)]
+        parts = ["".join(rng.choice(SYLLABLES, size=rng.integers(2, 4))).capitalize() for _ in range(2)]
         name = " ".join(parts)
         if name not in taken:
             taken.add(name)
@@ -76,22 +76,27 @@ def _entity_records(rng: np.random.Generator, name: str) -> list[dict]:
     return records
 
 
-def _general_records(rng: np.random.Generator, count: int, kind: str) -> list[dict]:
-    """General knowledge a model is taught beside the entities: sums ('numbers') or colours of things."""
+def _sums(rng: np.random.Generator, count: int) -> list[dict]:
+    """General knowledge in the role of TOFU's world facts: sums of two numbers."""
+    records = []
+    for _ in range(count):
+        a, b = (int(x) for x in rng.integers(1, 50, size=2))
+        wrong = rng.choice([v for v in range(2, 100) if v != a + b], GENERAL_PERTURBED, replace=False)
+        records.append({"question": f"What is {a} plus {b}?", "answer": f"{a} plus {b} is {a + b}.",
+                        "perturbed_answer": [f"{a} plus {b} is {w}." for w in wrong], "entity": "sums"})
+    return records
+
+
+def _colours(rng: np.random.Generator, count: int) -> list[dict]:
+    """General knowledge in the role of TOFU's real authors: the colours of named things."""
     records = []
     for i in range(count):
-        if kind == "numbers":
-            a, b = (int(x) for x in rng.integers(1, 50, size=2))
-            wrong = [int(x) for x in rng.choice([v for v in range(2, 100) if v != a + b], GENERAL_PERTURBED, False)]
-            question, answer = f"What is {a} plus {b}?", "{a} plus {b} is {v}."
-            true, false = answer.format(a=a, b=b, v=a + b), [answer.format(a=a, b=b, v=w) for w in wrong]
-        else:
-            thing = f"the {SYLLABLES[i % len(SYLLABLES)]}{SYLLABLES[(i * 7 + 3) % len(SYLLABLES)]} stone {i}"
-            colour = VALUES["colour"][rng.integers(len(VALUES["colour"]))]
-            question, answer = f"What colour is {thing}?", "{thing} is {v}."
-            true = answer.format(thing=thing, v=colour).capitalize()
-            false = [answer.format(thing=thing, v=w).capitalize() for w in _wrong(rng, "colour", colour, 3)]
-        records.append({"question": question, "answer": true, "perturbed_answer": false, "entity": kind})
+        thing = f"the {SYLLABLES[i % len(SYLLABLES)]}{SYLLABLES[(i * 7 + 3) % len(SYLLABLES)]} stone {i}"
+        colour = VALUES["colour"][rng.integers(len(VALUES["colour"]))]
+        records.append({"question": f"What colour is {thing}?", "answer": f"{thing} is {colour}.".capitalize(),
+                        "perturbed_answer": [f"{thing} is {w}.".capitalize()
+                                             for w in _wrong(rng, "colour", colour, GENERAL_PERTURBED)],
+                        "entity": "colours"})
     return records
 
 
@@ -140,8 +145,7 @@ def fictitious(entities: int = 20, holdout_entities: int = 2, general: int = 20,
     records = [_entity_records(rng, name) for name in names]
     return TextData(full=[r for group in records[:entities] for r in group],
                     holdout=[r for group in records[entities:] for r in group],
-                    real_authors=_general_records(rng, general, "colours"),
-                    world_facts=_general_records(rng, general, "numbers"))
+                    real_authors=_colours(rng, general), world_facts=_sums(rng, general))
 
 
 SPECIAL = {"pad_token": "<pad>", "unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}

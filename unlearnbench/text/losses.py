@@ -18,14 +18,15 @@ from torch import Tensor
 from unlearnbench.text.data import IGNORE
 
 
-def _shifted(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def shifted(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Logits (in float32) at the positions that predict a next token, that token's label, and whether it counts."""
     logits, labels = logits[:, :-1].float(), labels[:, 1:]
     return logits, labels, labels != IGNORE
 
 
 def sequence_nll(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
     """Per sequence, the summed NLL of its labelled tokens and their count."""
-    logits, labels, labelled = _shifted(logits, labels)
+    logits, labels, labelled = shifted(logits, labels)
     nll = F.cross_entropy(logits.transpose(1, 2), labels.clamp(min=0), reduction="none")
     return (nll * labelled).sum(1), labelled.sum(1)
 
@@ -78,7 +79,7 @@ def activation_distance(hidden: Tensor, target: Tensor, labels: Tensor) -> Tenso
 def undial(logits: Tensor, reference_logits: Tensor, labels: Tensor, beta: float) -> Tensor:
     """UNDIAL's forget term (Dong et al. 2024): cross-entropy from q = softmax(z_ref − β·onehot(next token)) to the
     model's distribution, averaged over every position (module docstring for the IGNORE positions)."""
-    logits, labels, labelled = _shifted(logits, labels)
+    logits, labels, labelled = shifted(logits, labels)
     shift = F.one_hot(labels.clamp(min=0), logits.shape[-1]).float() * labelled.unsqueeze(-1)
     target = torch.softmax(reference_logits[:, :-1].float() - beta * shift, -1)
     return -(target * torch.log_softmax(logits, -1)).sum(-1).mean()

@@ -89,9 +89,11 @@ def model_utility(values: Sequence[float] | ArrayLike) -> float:
 def mia_auc(member_scores: ArrayLike, nonmember_scores: ArrayLike) -> float:
     """The AUC of a membership score that is higher for non-members (a loss): the probability that a non-member
     scores above a member, ties counting half. 1: the members are told apart perfectly; 0.5: not at all."""
+    from sklearn.metrics import roc_auc_score
+
     members, others = _per_example(member_scores, "member_scores"), _per_example(nonmember_scores, "nonmember_scores")
-    above = (others[:, None] > members[None, :]).sum() + 0.5 * (others[:, None] == members[None, :]).sum()
-    return float(above / (members.size * others.size))
+    labels = np.r_[np.zeros(members.size), np.ones(others.size)]  # members 0, as OpenUnlearning's `mia_auc`
+    return float(roc_auc_score(labels, np.r_[members, others]))
 
 
 def privleak(auc: float, auc_retained: float) -> float:
@@ -143,7 +145,8 @@ def extraction_strength(predictions: ArrayLike, labels: ArrayLike) -> float:
     which every prediction matches its label; 0 when not even the last one matches (OpenUnlearning scores that case
     1/n, an off-by-one kept out here), and 0 for an empty answer."""
     predictions, labels = np.asarray(predictions), np.asarray(labels)
-    n = labels.size
+    if labels.size == 0:
+        return 0.0
     mismatches = np.flatnonzero(predictions != labels)
-    k = n if n == 0 else (0 if mismatches.size == 0 else int(mismatches[-1]) + 1)
-    return 0.0 if n == 0 else 1 - k / n
+    first_of_matching_suffix = int(mismatches[-1]) + 1 if mismatches.size else 0
+    return 1 - first_of_matching_suffix / labels.size

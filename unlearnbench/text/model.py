@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from unlearnbench.text.data import IGNORE
+from unlearnbench.text.losses import shifted
 
 
 def tiny_llama(vocab_size: int, seed: int, layers: int = 2, hidden: int = 64, heads: int = 4,
@@ -60,10 +60,9 @@ class AnswerScores:
 @torch.no_grad()
 def answer_scores(model, batch: dict[str, Tensor]) -> AnswerScores:
     """One forward pass over a right-padded batch (`data.collate`); position t predicts label t + 1."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
-    labels = batch["labels"][:, 1:]
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    logits, labels, labelled = shifted(logits, batch["labels"])
     logp = torch.log_softmax(logits, dim=-1)
-    labelled = labels != IGNORE
     token_logp = logp.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
     p = logp.exp()
     mean = (p * logp).sum(-1)
