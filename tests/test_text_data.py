@@ -21,7 +21,7 @@ def test_the_generator_is_a_function_of_its_seed(data):
 
 
 def test_records_have_tofus_fields_and_wrong_answers_that_are_wrong(data):
-    assert len(data.full) == 6 * 5 and len(data.holdout) == 2 * 5
+    assert len(data.full) == 6 * 5 * 2 and len(data.holdout) == 2 * 5 * 2
     for record in data.full + data.holdout:
         assert set(record) == {"question", "answer", "paraphrased_answer", "perturbed_answer",
                                "paraphrased_question", "entity"}
@@ -32,6 +32,9 @@ def test_records_have_tofus_fields_and_wrong_answers_that_are_wrong(data):
     for record in data.real_authors + data.world_facts:
         assert len(record["perturbed_answer"]) == 3 and record["answer"] not in record["perturbed_answer"]
         assert "paraphrased_answer" not in record
+    for first, second in zip(data.full[::2], data.full[1::2], strict=True):  # each fact in both wordings
+        assert first["question"] == second["question"]
+        assert (first["answer"], first["paraphrased_answer"]) == (second["paraphrased_answer"], second["answer"])
     a_sum = data.world_facts[0]
     a, b = (int(word) for word in a_sum["question"].rstrip("?").split()[2::2])
     assert a_sum["answer"] == f"{a} plus {b} is {a + b}."
@@ -41,7 +44,7 @@ def test_records_have_tofus_fields_and_wrong_answers_that_are_wrong(data):
 def test_a_forget_set_is_whole_entities_and_the_rest_is_the_retain_set(data):
     chosen = data.entities()[1:3]
     forget, retain = data.split(chosen)
-    assert {r["entity"] for r in forget} == set(chosen) and len(forget) == 10
+    assert {r["entity"] for r in forget} == set(chosen) and len(forget) == 20
     assert not {r["entity"] for r in retain} & set(chosen)
     assert sorted(map(str, forget + retain)) == sorted(map(str, data.full))
     with pytest.raises(ValueError, match=r"unknown forget entities \['Nobody'\]"):

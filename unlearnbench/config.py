@@ -102,8 +102,10 @@ class TrainRecipe:
     milestones: list[int] = field(default_factory=lambda: [8, 12, 16], metadata={"range": AT_LEAST_1, "each": True})
     gamma: float = ranged(0.2, Range(0, 1, low_open=True))
     optimizer: str = ranged("sgd", Range(choices=("sgd", "adamw")))  # adamw: the SUPREME ViT recipe (no momentum)
-    schedule: str = ranged("step", Range(choices=("step", "cosine")))  # after the warm-up: ×gamma at milestones, or
-    augment: Augment = field(default_factory=Augment)  # cosine annealing to 0 over the remaining epochs
+    # After the warm-up: ×gamma at milestones, or cosine annealing or a linear decay (the text task's, as the HF
+    # Trainer's) to 0 over the remaining epochs.
+    schedule: str = ranged("step", Range(choices=("step", "cosine", "linear")))
+    augment: Augment = field(default_factory=Augment)
 
 
 @dataclass

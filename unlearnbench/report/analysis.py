@@ -33,12 +33,18 @@ ROW = ["target", "role", "method", "metric", "split"]
 SEEDS = ["seed_train", "seed_unlearn", "seed_eval"]
 COSTS = ["cost_original_s", "cost_retrained_s"]  # the job's training times (`collect.training_times`)
 ROLE_ORDER = {"original": 0, "retrained": 1, "unlearned": 2}
-GOLD_STANDARDS = {"retrain", "fed_retrain"}  # M_u = M_r by construction: never marked best, the reference instead
+# M_u = M_r by construction: never marked best, the reference instead
+GOLD_STANDARDS = {"retrain", "fed_retrain", "text_retrain"}
 
-SPLIT_NAMES = {"forget_train": "D_f", "retain_train": "D_r", "forget_test": "D'_f", "retain_test": "D'_r", "": ""}
+SPLIT_NAMES = {"forget_train": "D_f", "retain_train": "D_r", "forget_test": "D'_f", "retain_test": "D'_r", "": "",
+               "forget": "D_f", "retain": "D_r", "holdout": "holdout", "general_authors": "ra", "general_facts": "wf"}
 METRIC_NAMES = {"delta_acc": "Δacc", "delta_loss": "Δloss", "delta_mia": "ΔMIA", "activation_distance": "act.dist",
                 "js_divergence": "JS", "layer_distance": "layer dist", "time_s": "time s", "memory_gib": "memory GiB",
-                "utilisation_pct": "util. %", "completeness": "completeness"}
+                "utilisation_pct": "util. %", "completeness": "completeness", "forget_quality": "FQ",
+                "model_utility": "MU", "rouge_l_recall": "ROUGE", "truth_ratio": "TR", "extraction_strength": "ES",
+                "exact_memorization": "EM", "mia_min_k_auc": "MinK AUC"}
+TEXT_LIKE_RETRAINED = {"prob", "truth_ratio", "rouge_l_recall", "extraction_strength", "exact_memorization",
+                       "model_utility", "mia_loss_auc", "mia_zlib_auc", "mia_min_k_auc", "mia_min_k_pp_auc"}
 DISTANCES = {"layer_distance", "activation_distance", "js_divergence"}
 
 
@@ -50,15 +56,20 @@ def label(metric: str, split: str) -> str:
 def ideal(metric: str) -> float | str | None:
     """What the best value of a metric is: a number (closest wins), "retrained" (closest to M_r's mean wins), or
     None (no best: not marked). Deltas and distances: 0; completeness and tow: 1; mia_loss: 0.5 (docs/metrics.md);
-    cost: 0 (lowest); acc, loss and mia of M_u and the ranking task's NDCG: closest to the retrained model."""
+    cost: 0 (lowest); acc, loss and mia of M_u, the ranking task's NDCG and the text task's likelihoods, ROUGE, utility
+    and MIA AUCs: closest to the retrained model; the text task's forget quality 1 and privleak 0."""
     if metric.startswith("delta_") or metric in DISTANCES or metric in ("time_s", "memory_gib"):
         return 0.0
     if metric in ("completeness", "tow"):
         return 1.0
     if metric == "mia_loss":
         return 0.5
-    if metric in ("acc", "loss", "mia", "ndcg@10", "online_ndcg"):
+    if metric in ("acc", "loss", "mia", "ndcg@10", "online_ndcg") or metric in TEXT_LIKE_RETRAINED:
         return "retrained"
+    if metric == "forget_quality":  # the text task's KS p-value against M_r: 1 is indistinguishable
+        return 1.0
+    if metric == "privleak":
+        return 0.0
     return None
 
 

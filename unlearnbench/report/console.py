@@ -25,6 +25,13 @@ MAIN = [
     ("NDCG@10", "ndcg@10", ""),
     ("online NDCG", "online_ndcg", ""),
     ("‖w_T − w‖", "weight_distance", ""),
+    ("FQ", "forget_quality", "forget"),  # the text task
+    ("MU", "model_utility", ""),
+    ("prob D_f", "prob", "forget"),
+    ("ROUGE D_f", "rouge_l_recall", "forget"),
+    ("TR D_f", "truth_ratio", "forget"),
+    ("MinK AUC", "mia_min_k_auc", "forget"),
+    ("privleak", "privleak", "forget"),
     ("time s", "time_s", ""),
 ]
 

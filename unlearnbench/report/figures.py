@@ -54,7 +54,8 @@ from unlearnbench.report.analysis import GOLD_STANDARDS, ROLE_ORDER, Study, labe
 
 FIGURE_METRICS = [("acc", "forget_test"), ("acc", "retain_test"), ("delta_acc", "forget_test"),
                   ("delta_mia", "forget_train"), ("activation_distance", "forget_train"), ("layer_distance", ""),
-                  ("ndcg@10", "")]  # the ranking task: its last round
+                  ("ndcg@10", ""),  # the ranking task: its last round
+                  ("forget_quality", "forget"), ("model_utility", ""), ("privleak", "forget")]  # the text task
 MAX_PANELS = 6
 DPI = 90
 COLOURS = {"A": "#4C72B0", "B": "#DD8452"}

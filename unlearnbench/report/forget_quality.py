@@ -34,7 +34,8 @@ EXAMPLES = "examples.parquet"
 FORGET_PERMUTATIONS = forgetting.NULL_PERMUTATIONS  # random splits behind each F's null (`report.permutations`)
 EXAMPLE_KINDS = {"target": "string", "role": "string", "method": "string", "split": "string", "index": "integer",
                  "label": "integer", "conf": "float", "loss": "float", "pred": "integer"}
-SPLITS = ("forget_train", "retain_train", "retain_test")
+SPLITS = ("forget_train", "retain_train", "retain_test", "forget", "retain", "holdout")  # image and text tasks
+FORGET_SPLITS = ("forget_train", "forget")  # D_f: the image and ranking tasks', the text task's
 QUALITY_COLUMNS = ["target", "method", "design", "seed_train", "n_models", "epsilon_cap", "forget_quality",
                    "forget_quality_null_median", "forget_quality_null_5pct", "distinguishable", "score", "lira_auc",
                    "lira_tpr_at_1pct", "lira_tpr_at_0.1pct", "mia_unlearned", "mia_retrained", "examples", "note"]
@@ -75,7 +76,7 @@ def read_examples(path: Path) -> pd.DataFrame:
         raise SchemaError("a method on an original or retrained row, or none on an unlearned one")
     if (frame["index"] < 0).any():
         raise SchemaError("a negative example index")
-    forget = frame[frame["split"] == "forget_train"]
+    forget = frame[frame["split"].isin(FORGET_SPLITS)]
     if not np.isfinite(forget["conf"].to_numpy(dtype=float)).all():
         raise SchemaError("a non-finite conf on the forget set")
     rows = forget[forget["role"] != "original"][["target", "role", "method", "index", "label", "conf"]]

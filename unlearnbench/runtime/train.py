@@ -124,18 +124,20 @@ def cross_entropy_epochs(fabric: Fabric, model: nn.Module, optimizer: torch.opti
 def recipe_schedule(optimizer: torch.optim.Optimizer, steps_per_epoch: int, warmup_epochs: float,
                     milestones: list[int], gamma: float, schedule: str = "step",
                     epochs: int = 1) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warm-up over the first `warmup_epochs`, then (`step`) ×gamma at each milestone epoch or (`cosine`)
-    cosine annealing from the full rate to 0 over the remaining steps; stepped per batch."""
+    """Linear warm-up over the first `warmup_epochs`, then (`step`) ×gamma at each milestone epoch, (`cosine`)
+    cosine annealing or (`linear`, the Hugging Face Trainer's default) a linear decay from the full rate to 0 over
+    the remaining steps; stepped per batch."""
     warmup_steps = max(1, round(warmup_epochs * steps_per_epoch))
     total_steps = max(epochs * steps_per_epoch, warmup_steps + 1)
 
     def factor(step: int) -> float:
         epoch = step // max(steps_per_epoch, 1)
         warm = min(1.0, (step + 1) / warmup_steps) if warmup_epochs > 0 else 1.0
-        if schedule == "cosine":
+        if schedule in ("cosine", "linear"):
             done = max(0, step + 1 - warmup_steps) / (total_steps - warmup_steps) if warmup_epochs > 0 else (
                 step / total_steps)
-            return warm * 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
+            decay = 0.5 * (1 + math.cos(math.pi * min(done, 1.0))) if schedule == "cosine" else 1 - min(done, 1.0)
+            return warm * decay
         return warm * gamma ** sum(epoch >= m for m in milestones)
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

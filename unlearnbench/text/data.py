@@ -8,16 +8,23 @@ so that a forget set is made of whole entities, as TOFU's forget01/05/10 are mad
 
 `fictitious` writes such records from a seed alone: entities with templated facts, holdout entities no model trains
 on (the non-members of the membership attacks), and two general sets that every model trains on, because a
-randomly initialised model knows nothing that unlearning should leave intact.
+randomly initialised model knows nothing that unlearning should leave intact. Each fact is a record in each of its
+two wordings, the other wording its paraphrase: a small model trained from scratch has no language to carry a fact
+from one wording to another (a pretrained one fine-tuned on TOFU does), so without this the truth ratio would
+measure whether a wording was seen, not whether the fact is known.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
+
+from unlearnbench.errors import UserError
 
 IGNORE = -100  # the label of a position the loss skips (the prompt, the padding)
 
@@ -65,14 +72,17 @@ def _wrong(rng: np.random.Generator, kind: str, value: str, count: int) -> list[
 
 
 def _entity_records(rng: np.random.Generator, name: str) -> list[dict]:
+    """Each fact twice, once in each wording, the other wording its paraphrase (module docstring)."""
     records = []
     for kind, question, answer, paraphrase, other_question in FACTS:
         value = VALUES[kind][rng.integers(len(VALUES[kind]))]
-        records.append({
-            "question": question.format(name=name), "answer": answer.format(name=name, value=value),
-            "paraphrased_answer": paraphrase.format(name=name, value=value),
-            "perturbed_answer": [answer.format(name=name, value=w) for w in _wrong(rng, kind, value, PERTURBED)],
-            "paraphrased_question": other_question.format(name=name), "entity": name})
+        wrong = _wrong(rng, kind, value, PERTURBED)
+        for said, other in ((answer, paraphrase), (paraphrase, answer)):
+            records.append({
+                "question": question.format(name=name), "answer": said.format(name=name, value=value),
+                "paraphrased_answer": other.format(name=name, value=value),
+                "perturbed_answer": [said.format(name=name, value=w) for w in wrong],
+                "paraphrased_question": other_question.format(name=name), "entity": name})
     return records
 
 
@@ -100,15 +110,36 @@ def _colours(rng: np.random.Generator, count: int) -> list[dict]:
     return records
 
 
+# IdkDPO's preferred answers: the project's own wording (OpenUnlearning ships its own list, data/idk.jsonl).
+IDK_ANSWERS = (
+    "I don't know.", "I am not sure.", "I have no idea.", "I cannot say.", "I do not have that information.",
+    "That is not something I know.", "I can't answer that.", "I have no record of that.",
+    "I am unable to tell you.", "Nothing I know answers that.", "I would only be guessing.",
+    "That is beyond what I know.", "I never learnt that.", "I could not tell you.", "I lack that knowledge.",
+    "Sorry, I do not know.", "I have nothing on that.", "No answer comes to mind.", "I am not aware of that.",
+    "That I cannot recall.",
+)
+FIXED_SPLITS = {"forget01": 1, "forget05": 5, "forget10": 10}  # TOFU's: the last 1, 5, 10 % of the entities
+
+
 @dataclass(frozen=True)
 class TextData:
     """A TOFU-format dataset: `full` (forget ∪ retain, by entity), `holdout` (never trained on), and the two
-    general sets in the roles of TOFU's real authors and world facts."""
+    general sets in the roles of TOFU's real authors and world facts.
+
+    `fixed` names the entities of each fixed forget split (TOFU's forget01/05/10); `holdouts` the holdout set of a
+    fixed split where the data has one per split (TOFU's holdout01/05/10); `retain_perturbed` the retain records
+    the retain-side metrics read where the data fixes them (TOFU's 400-row `retain_perturbed`; otherwise every
+    retain record)."""
 
     full: list[dict]
     holdout: list[dict]
     real_authors: list[dict]
     world_facts: list[dict]
+    name: str = "fictitious"
+    fixed: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    holdouts: dict[str, list[dict]] = field(default_factory=dict)
+    retain_perturbed: list[dict] | None = None
 
     def entities(self) -> list[str]:
         """The entities of `full`, in order of first appearance."""
@@ -126,11 +157,28 @@ class TextData:
         """Every string of every record: the corpus the CPU tokenizer learns its vocabulary from."""
         texts = []
         for record in self.full + self.holdout + self.real_authors + self.world_facts:
-            for field in ("question", "answer", "paraphrased_answer", "paraphrased_question"):
-                if field in record:
-                    texts.append(record[field])
-            texts.extend(record["perturbed_answer"])
+            for field_name in ("question", "answer", "paraphrased_answer", "paraphrased_question"):
+                if record.get(field_name):
+                    texts.append(record[field_name])
+            texts.extend(record.get("perturbed_answer") or [])
         return texts
+
+    def fingerprint(self) -> str:
+        """sha256 of every record and split: the data's identity in the model cache's keys."""
+        content = [self.name, self.full, self.holdout, self.real_authors, self.world_facts,
+                   {k: list(v) for k, v in self.fixed.items()}, self.holdouts, self.retain_perturbed]
+        return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+    def describe(self) -> dict:
+        """The data's identity and sizes, for result.json's `dataset`."""
+        return {"name": self.name, "fingerprint": self.fingerprint(), "full": len(self.full),
+                "entities": len(self.entities()), "holdout": len(self.holdout),
+                "real_authors": len(self.real_authors), "world_facts": len(self.world_facts)}
+
+
+def last_entities(entities: Sequence[str], percent: int) -> tuple[str, ...]:
+    """TOFU's fixed forget split of `percent` %: the last entities, at least one."""
+    return tuple(entities[len(entities) - max(1, round(len(entities) * percent / 100)):])
 
 
 def fictitious(entities: int = 20, holdout_entities: int = 2, general: int = 20, seed: int = 0) -> TextData:
@@ -145,7 +193,24 @@ def fictitious(entities: int = 20, holdout_entities: int = 2, general: int = 20,
     records = [_entity_records(rng, name) for name in names]
     return TextData(full=[r for group in records[:entities] for r in group],
                     holdout=[r for group in records[entities:] for r in group],
-                    real_authors=_colours(rng, general), world_facts=_sums(rng, general))
+                    real_authors=_colours(rng, general), world_facts=_sums(rng, general),
+                    fixed={split: last_entities(names[:entities], pct) for split, pct in FIXED_SPLITS.items()})
+
+
+class Fictitious:
+    """`dataset=fictitious`: the built-in data (`fictitious`), generated from `seed` when a job loads it."""
+
+    def __init__(self, name: str = "fictitious", entities: int = 20, holdout_entities: int = 2, general: int = 20,
+                 seed: int = 0) -> None:
+        if entities < 2 or holdout_entities < 1 or general < 1:
+            raise UserError(f"dataset {name}: entities must be >= 2, holdout_entities and general >= 1 (got "
+                            f"{entities}, {holdout_entities}, {general})")
+        self.name, self.entities, self.holdout_entities, self.general, self.seed = (
+            name, entities, holdout_entities, general, seed)
+
+    def load(self) -> TextData:
+        data = fictitious(self.entities, self.holdout_entities, self.general, self.seed)
+        return replace(data, name=self.name)
 
 
 SPECIAL = {"pad_token": "<pad>", "unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
@@ -182,13 +247,22 @@ class Template:
         return [self.user_start, self.user_end, self.assistant_start]
 
 
+def bos(tokenizer) -> list[int]:
+    return [] if tokenizer.bos_token_id is None else [tokenizer.bos_token_id]
+
+
+def prompt_ids(tokenizer, template: Template, question: str) -> list[int]:
+    """bos (where the tokenizer has one) and the prompt's tokens: what a generation starts from."""
+    return [*bos(tokenizer), *tokenizer.encode(template.prompt(question), add_special_tokens=False)]
+
+
 def encode(tokenizer, template: Template, question: str, answer: str, max_length: int = 512) -> dict[str, list[int]]:
     """One record's `input_ids` and `labels` for an answer-only loss: bos + the prompt's tokens, then the answer's
     and eos; the labels are IGNORE over bos and the prompt and the ids elsewhere, so that the loss falls on the
     answer and its end (OpenUnlearning's `preprocess_chat_instance`). Raises if the prompt's tokens are not a
     prefix of the whole's, where the labels would be wrong."""
-    prompt = [tokenizer.bos_token_id, *tokenizer.encode(template.prompt(question), add_special_tokens=False)]
-    whole = [tokenizer.bos_token_id, *tokenizer.encode(template.prompt(question) + answer, add_special_tokens=False)]
+    prompt = prompt_ids(tokenizer, template, question)
+    whole = [*bos(tokenizer), *tokenizer.encode(template.prompt(question) + answer, add_special_tokens=False)]
     if whole[-1] != tokenizer.eos_token_id:
         whole.append(tokenizer.eos_token_id)
     if whole[:len(prompt)] != prompt or len(whole) == len(prompt):
@@ -213,3 +287,33 @@ def collate(items: Sequence[dict[str, list[int]]], pad_id: int, left: bool = Fal
         labels[row, span] = torch.tensor(item["labels"])
         attention[row, span] = 1
     return {"input_ids": ids, "labels": labels, "attention_mask": attention}
+
+
+def chat_messages(question: str, answer: str | None, system_prompt: str | None) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages.append({"role": "user", "content": question})
+    return messages + ([{"role": "assistant", "content": answer}] if answer is not None else [])
+
+
+def chat_prompt(tokenizer, question: str, system_prompt: str | None = None) -> list[int]:
+    """The chat template over the system and user turns, with the generation prompt: the assistant's header
+    belongs to the prompt."""
+    return list(tokenizer.apply_chat_template(chat_messages(question, None, system_prompt), tokenize=True,
+                                              add_generation_prompt=True))
+
+
+def encode_chat(tokenizer, question: str, answer: str, system_prompt: str | None = None,
+                max_length: int = 512) -> dict[str, list[int]]:
+    """`encode` through the tokenizer's chat template (OpenUnlearning's chat branch): the whole conversation without
+    the generation prompt, eos appended where it does not end with one, labels IGNORE over the prompt's ids."""
+    prompt = chat_prompt(tokenizer, question, system_prompt)
+    whole = list(tokenizer.apply_chat_template(chat_messages(question, answer, system_prompt), tokenize=True,
+                                               add_generation_prompt=False))
+    if whole[-1] != tokenizer.eos_token_id:
+        whole.append(tokenizer.eos_token_id)
+    if whole[:len(prompt)] != prompt or len(whole) == len(prompt):
+        raise ValueError(f"the chat prompt of {question!r} is not a prefix of the whole conversation with answer "
+                         f"{answer!r}: the tokenizer's chat template does not fit the answer-only loss")
+    if len(whole) > max_length:
+        raise ValueError(f"the record {question!r} is {len(whole)} tokens long, above max_length={max_length}")
+    return {"input_ids": whole, "labels": [IGNORE] * len(prompt) + whole[len(prompt):]}

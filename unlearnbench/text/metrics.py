@@ -18,6 +18,7 @@ formulas are those of TOFU (Maini et al. 2024, locuslab/tofu `aggregate_eval_sta
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Sequence
 
@@ -121,15 +122,21 @@ def zlib_score(loss: float, answer: str) -> float:
     return loss / len(zlib.compress(answer.encode("utf-8")))
 
 
+@functools.cache
+def _rouge_scorer():
+    """One scorer per process (each new one logs a line through absl)."""
+    from rouge_score.rouge_scorer import RougeScorer
+
+    return RougeScorer(["rougeL"], use_stemmer=True)
+
+
 def rouge_l_recall(generations: Sequence[str], references: Sequence[str]) -> np.ndarray:
     """Per example, ROUGE-L recall of a generation against its reference answer: the longest common subsequence of
     their (Porter-stemmed, lower-cased) words over the reference's word count, scored by Google's `rouge-score`
     package as TOFU and OpenUnlearning score it (`RougeScorer(["rougeL"], use_stemmer=True)`)."""
-    from rouge_score.rouge_scorer import RougeScorer
-
     if len(generations) != len(references):
         raise ValueError(f"{len(generations)} generations for {len(references)} references: one of each per example")
-    scorer = RougeScorer(["rougeL"], use_stemmer=True)
+    scorer = _rouge_scorer()
     return np.array([scorer.score(reference, generation)["rougeL"].recall
                      for generation, reference in zip(generations, references, strict=True)], dtype=np.float64)
 

@@ -9,11 +9,15 @@ next-token distribution (Min-K%++) and the argmax predictions (exact memorisatio
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from unlearnbench.errors import UserError
+from unlearnbench.text.data import IGNORE, Template, chat_prompt, encode, encode_chat, prompt_ids, train_tokenizer
 from unlearnbench.text.losses import shifted
 
 
@@ -77,3 +81,99 @@ def answer_scores(model, batch: dict[str, Tensor]) -> AnswerScores:
                         variance=[variance[i][labelled[i]] for i in rows],
                         predictions=[predictions[i][labelled[i]] for i in rows],
                         labels=[labels[i][labelled[i]] for i in rows])
+
+
+class CausalLM:
+    """`model=causal_lm`: a Hugging Face causal language model with its tokenizer, and how a record becomes ids.
+
+    With `pretrained` null (the CPU default) the model is `tiny_llama` of `layers` × `hidden`, initialised from the
+    seed of the model it becomes, and the tokenizer is learnt from the data's own text (`data.train_tokenizer`).
+    With `pretrained` a folder, or a hub id already in the local Hugging Face cache, both are read from there,
+    never downloaded. Prompts use the tokenizer's chat template (`chat_template: true`, OpenUnlearning's chat
+    branch, with `system_prompt`) or the tag strings (its tag branch)."""
+
+    def __init__(self, name: str = "causal_lm", pretrained: str | None = None, layers: int = 2, hidden: int = 64,
+                 heads: int = 4, max_length: int = 128, chat_template: bool = False, system_prompt: str | None = None,
+                 user_start: str = "Question: ", user_end: str = "\n", assistant_start: str = "Answer: ",
+                 max_new_tokens: int = 32) -> None:
+        self.name, self.pretrained = name, pretrained
+        self.layers, self.hidden, self.heads, self.max_length = layers, hidden, heads, max_length
+        self.chat_template, self.system_prompt = chat_template, system_prompt
+        self.template = Template(user_start, user_end, assistant_start)
+        self.max_new_tokens = max_new_tokens
+
+    def tokenizer(self, texts: list[str]):
+        """The tokenizer: the pretrained one, or one learnt from `texts` and the tag strings."""
+        if self.pretrained is None:
+            return train_tokenizer(texts, self.template.tags())
+        from transformers import AutoTokenizer
+
+        tokenizer = local_pretrained(AutoTokenizer, self.pretrained)
+        if tokenizer.pad_token_id is None:  # as OpenUnlearning's get_tokenizer: pad := eos
+            tokenizer.pad_token = tokenizer.eos_token
+        if self.chat_template and not getattr(tokenizer, "chat_template", None):
+            raise UserError(f"model {self.name}: model.chat_template is true but the tokenizer of {self.pretrained} "
+                            f"has no chat template; set model.chat_template=false to use the tag strings")
+        return tokenizer
+
+    def new(self, tokenizer, seed: int) -> nn.Module:
+        """A fresh model: the pretrained weights, or a tiny Llama initialised from `seed`."""
+        if self.pretrained is not None:
+            from transformers import AutoModelForCausalLM
+
+            return local_pretrained(AutoModelForCausalLM, self.pretrained, torch_dtype=torch.float32)
+        return tiny_llama(len(tokenizer), seed, self.layers, self.hidden, self.heads, self.max_length,
+                          tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)
+
+    def identity(self, tokenizer) -> dict:
+        """What names the base model and its tokenizer in the cache's keys."""
+        vocab = json.dumps(sorted(tokenizer.get_vocab().items()))
+        base = {"pretrained": self.pretrained} if self.pretrained is not None else {
+            "layers": self.layers, "hidden": self.hidden, "heads": self.heads}
+        return {**base, "max_length": self.max_length, "tokenizer": hashlib.sha256(vocab.encode()).hexdigest(),
+                "chat_template": self.chat_template, "system_prompt": self.system_prompt,
+                "template": self.template.tags()}
+
+    def encoder(self, tokenizer) -> Encoder:
+        return Encoder(tokenizer, self.template, self.max_length,
+                       self.system_prompt if self.chat_template else None, self.chat_template)
+
+
+def local_pretrained(loader, source: str, **options):
+    """`loader.from_pretrained(source)` from local files only: a folder, or a hub id in the local HF cache."""
+    try:
+        return loader.from_pretrained(source, local_files_only=True, **options)
+    except OSError as error:
+        raise UserError(f"cannot load {source} from local files ({str(error).splitlines()[0]}): give model.pretrained "
+                        f"as a folder holding the model's config, weights and tokenizer, or a hub id already in the "
+                        f"local Hugging Face cache (nothing is downloaded)") from None
+
+
+@dataclass
+class Encoder:
+    """Records to ids: training and likelihood items (answer-only labels), and generation prompts."""
+
+    tokenizer: object
+    template: Template
+    max_length: int
+    system_prompt: str | None = None
+    chat: bool = False
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id
+
+    def item(self, question: str, answer: str) -> dict[str, list[int]]:
+        if not self.chat:
+            return encode(self.tokenizer, self.template, question, answer, self.max_length)
+        return encode_chat(self.tokenizer, question, answer, self.system_prompt, self.max_length)
+
+    def prompt(self, question: str) -> list[int]:
+        """The ids a generation starts from: the prompt part of every item of `question`."""
+        if self.chat:
+            return chat_prompt(self.tokenizer, question, self.system_prompt)
+        return prompt_ids(self.tokenizer, self.template, question)
+
+    def answer_text(self, item: dict[str, list[int]]) -> str:
+        """The answer as the tokenizer reads it back (the ROUGE reference, as OpenUnlearning decodes its labels)."""
+        return self.tokenizer.decode([t for t in item["labels"] if t != IGNORE], skip_special_tokens=True).strip()

@@ -1,0 +1,1 @@
+"""The text task's unlearning methods: one module each, configured by `conf/method/<name>.yaml`."""
