@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -295,11 +295,15 @@ def chat_messages(question: str, answer: str | None, system_prompt: str | None) 
     return messages + ([{"role": "assistant", "content": answer}] if answer is not None else [])
 
 
+def chat_ids(tokenizer, messages: list[dict[str, str]], generation_prompt: bool) -> list[int]:
+    ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=generation_prompt)
+    return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)  # a dict in newer transformers
+
+
 def chat_prompt(tokenizer, question: str, system_prompt: str | None = None) -> list[int]:
     """The chat template over the system and user turns, with the generation prompt: the assistant's header
     belongs to the prompt."""
-    return list(tokenizer.apply_chat_template(chat_messages(question, None, system_prompt), tokenize=True,
-                                              add_generation_prompt=True))
+    return chat_ids(tokenizer, chat_messages(question, None, system_prompt), generation_prompt=True)
 
 
 def encode_chat(tokenizer, question: str, answer: str, system_prompt: str | None = None,
@@ -307,8 +311,7 @@ def encode_chat(tokenizer, question: str, answer: str, system_prompt: str | None
     """`encode` through the tokenizer's chat template (OpenUnlearning's chat branch): the whole conversation without
     the generation prompt, eos appended where it does not end with one, labels IGNORE over the prompt's ids."""
     prompt = chat_prompt(tokenizer, question, system_prompt)
-    whole = list(tokenizer.apply_chat_template(chat_messages(question, answer, system_prompt), tokenize=True,
-                                               add_generation_prompt=False))
+    whole = chat_ids(tokenizer, chat_messages(question, answer, system_prompt), generation_prompt=False)
     if whole[-1] != tokenizer.eos_token_id:
         whole.append(tokenizer.eos_token_id)
     if whole[:len(prompt)] != prompt or len(whole) == len(prompt):

@@ -23,7 +23,7 @@ from lightning_fabric import Fabric
 from torch import nn
 
 from unlearnbench import __version__
-from unlearnbench.components import build
+from unlearnbench.components import build, target_of
 from unlearnbench.errors import UserError
 from unlearnbench.job import Diverged, JobPlan, Outcome, cost_scores, unit_name, watch
 from unlearnbench.runtime import progress
@@ -53,6 +53,13 @@ class TunedModel:
     curve: dict | None
 
 
+def subclass(config: dict, kind: str, base: type) -> bool:
+    """Whether the component `config` builds is a `base` (checked before building: another task's model does not
+    even build from a text job's arguments)."""
+    target = target_of(config, kind)
+    return isinstance(target, type) and issubclass(target, base)
+
+
 class TextBench:
     """What the stages of one text job share: data, tokenizer, encoder, model store, evaluator and monitor."""
 
@@ -63,11 +70,11 @@ class TextBench:
             self.data: TextData = build(config["dataset"], "dataset").load()
             loading.note(f"{len(self.data.full):,} records of {len(self.data.entities())} entities")
         outcome.dataset = self.data.describe()
-        self.scenario = build(config["scenario"], "scenario")
-        self.model = build(config["model"], "model")
-        if not isinstance(self.scenario, ForgetEntities) or not isinstance(self.model, CausalLM):
+        if not (subclass(config["scenario"], "scenario", ForgetEntities) and subclass(config["model"], "model",
+                                                                                       CausalLM)):
             raise UserError(f"the text task runs model=causal_lm in scenario=forget_entities (not "
                             f"{config['model']['name']} in {config['scenario']['name']}): use experiment=tofu")
+        self.scenario, self.model = build(config["scenario"], "scenario"), build(config["model"], "model")
         self.methods: list[TextMethod] = [build(m, "method") for m in plan.methods]
         self.tokenizer = self.model.tokenizer(self.data.texts() + list(IDK_ANSWERS))
         self.encoder = self.model.encoder(self.tokenizer)
@@ -78,6 +85,8 @@ class TextBench:
                          "data": outcome.dataset["fingerprint"], "model": self.model.identity(self.tokenizer),
                          "recipe": config["train"], "numerics": outcome.numerics}
         self.targets = self.scenario.targets(self.data)
+        self.splits = {target: self.scenario.split(self.data, streams("forget_set", self.seeds["forget"]).torch)
+                       for target in self.targets}  # before any training: a forget set that cannot be fails here
         self.general = self.data.real_authors + self.data.world_facts
 
     def items(self, records: list[dict]) -> Items:
@@ -132,7 +141,7 @@ class TextBench:
                                         "cached": tuned.cache["hit"], **tuned.curve})
 
     def split(self, target: str) -> TextSplits:
-        splits = self.scenario.split(self.data, streams("forget_set", self.seeds["forget"]).torch)
+        splits = self.splits[target]
         progress.say(f"target {target}: forget {len(splits.entities)} entities ({len(splits.forget)} records), "
                      f"retain {len(splits.retain)}")
         return splits

@@ -106,12 +106,16 @@ class ForgetRetainMethod(TextMethod):
         for _ in range(self.epochs):
             for forget, retain in task.pairs(self.batch_size):
                 with task.fabric.autocast():
-                    loss = self.gamma * self.forget_loss(model, reference, forget, task)
-                    if self.alpha > 0:
-                        loss = loss + self.alpha * self.retain_term(model, reference, retain)
+                    loss = self.loss(model, reference, forget, retain, task)
                 step(task.fabric, model, optimizer, schedule, loss)
         model.eval()
         return model
+
+    def loss(self, model: nn.Module, reference: nn.Module | None, forget: dict[str, Tensor],
+             retain: dict[str, Tensor], task: TextTask) -> Tensor:
+        """One step's γ·L_forget + α·L_retain (no retain pass where α = 0)."""
+        loss = self.gamma * self.forget_loss(model, reference, forget, task)
+        return loss + self.alpha * self.retain_term(model, reference, retain) if self.alpha > 0 else loss
 
     def parameters(self, model: nn.Module):
         """The parameters the optimizer updates (all of them unless a method says otherwise)."""
