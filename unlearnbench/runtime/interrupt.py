@@ -60,8 +60,12 @@ def _unraisable(unraisable) -> None:
     finalizer has returned, so that the handler raises in the code it interrupted (module docstring; tripped at
     once, the handler would run inside this hook). Anything else is reported as Python reports it."""
     if isinstance(unraisable.exc_value, Interrupted) and requested is not None:
-        threading.Timer(RETRY_S, _thread.interrupt_main, args=(requested,)).start()
-        return
+        while True:
+            try:
+                threading.Timer(RETRY_S, _thread.interrupt_main, args=(requested,)).start()
+                return
+            except Interrupted:  # on a loaded machine the retry can fire before this hook returns: trip it again
+                continue
     _previous_hook(unraisable)
 
 

@@ -66,6 +66,9 @@ class TextBench:
     def __init__(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
         config = plan.config
         self.fabric, self.config, self.outcome, self.seeds = fabric, config, outcome, config["seeds"]
+        if fabric.world_size > 1:
+            raise UserError(f"the text task runs on one device so far, not {fabric.world_size} "
+                            f"(strategy={config['strategy']['name']}): use strategy=single")
         with outcome.stage(f"loading {config['dataset']['name']}", "load_data") as loading:
             self.data: TextData = build(config["dataset"], "dataset").load()
             loading.note(f"{len(self.data.full):,} records of {len(self.data.entities())} entities")
