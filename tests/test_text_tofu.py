@@ -274,3 +274,27 @@ def test_the_config_composes_and_builds_a_reader(tmp_path, monkeypatch):
     dataset = OmegaConf.to_container(compose_config(["dataset=tofu", "paths.data_dir=/data"]).dataset, resolve=True)
     assert dataset["root"] == str(tmp_path / "mine")
     check(build(dataset, "dataset").load())
+
+
+def test_a_text_job_runs_on_tofus_files(tmp_path):
+    """The whole job on the fabricated files: a tokenizer learnt from TOFU's text, M_o and M_r, a method, every
+    split's records (TOFU's recipe, 1 epoch here: what is checked is that each piece of TOFU reaches the job)."""
+    from lightning_fabric import Fabric
+
+    from unlearnbench.job import JobPlan
+    from unlearnbench.text.job import execute
+
+    root = json_folder(tmp_path / "tofu")
+    config = OmegaConf.to_container(compose_config(
+        ["experiment=tofu", "dataset=tofu", f"dataset.root={root}", "scenario.split=forget05", "train.epochs=1",
+         f"paths.cache_dir={tmp_path / 'cache'}", f"paths.data_dir={tmp_path}", "+method=grad_diff"]), resolve=True)
+    outcome = execute(Fabric(accelerator="cpu", devices=1), JobPlan(config, [config["method"]], str(tmp_path)))
+    assert outcome.error is None and not outcome.failures
+    splits = {(r["role"], r["split"]) for r in outcome.records if r["metric"] == "prob"}
+    assert {split for _, split in splits} == {"forget", "retain", "holdout", "general_authors", "general_facts"}
+    assert {r["target"] for r in outcome.records} == {"forget05"}
+    frame = outcome.examples.frame()
+    assert (frame["split"] == "forget").sum() == 3 * PER_AUTHOR  # M_o, M_r, M_u on the last author
+    assert (frame["split"] == "retain").sum() == 3 * 2 * PER_AUTHOR  # retain_perturbed: 2 authors
+    assert (frame["split"] == "holdout").sum() == 3 * 20  # holdout05
+    assert outcome.dataset["name"] == "tofu" and outcome.dataset["entities"] == AUTHORS

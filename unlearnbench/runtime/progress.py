@@ -129,11 +129,11 @@ class EpochMeter:
     Sums stay on the device during an epoch and are read once at its end (one synchronisation per epoch, none per
     step); with several ranks they are summed over the ranks first, so the curve is the global batch's."""
 
-    def __init__(self, fabric, epochs: int, steps_per_epoch: int) -> None:
-        self.fabric = fabric
+    def __init__(self, fabric, epochs: int, steps_per_epoch: int, unit: str = "images") -> None:
+        self.fabric, self.unit = fabric, unit  # what a step counts: images, or the text task's answer tokens
         self.run = _watched
         self.last_epoch = (len(self.run.curve["epoch"]) if self.run else 0) + epochs  # the run's, at this loop's end
-        self.bar = LiveBar(self.run.title, epochs * steps_per_epoch) if self.run and self.live_bar() else None
+        self.bar = LiveBar(self.run.title, epochs * steps_per_epoch, unit) if self.run and self.live_bar() else None
         self.sums = torch.zeros(2, dtype=torch.float64, device=fabric.device)  # Σ loss·n, Σ correct
         self.seen = 0
         self.lr: float | None = None
@@ -172,7 +172,7 @@ class EpochMeter:
             lr = f"{self.lr:.3g}" if self.lr is not None else "n/a"
             left = f", {duration((self.last_epoch - epoch) * elapsed)} left" if epoch < self.last_epoch else ""
             line = (f"{self.run.title}: epoch {epoch}/{self.last_epoch}, loss {loss:.4g}, train acc "
-                    f"{self.accuracy:.1%}, lr {lr}, {rate:,.0f} images/s{left}")
+                    f"{self.accuracy:.1%}, lr {lr}, {rate:,.0f} {self.unit}/s{left}")
             say(line, console=settings.live and not self.bar)
             if self.bar:
                 self.bar.epoch_done(f"{epoch}/{self.last_epoch}", loss, self.accuracy, rate)
@@ -187,22 +187,23 @@ class EpochMeter:
 
 
 class LiveBar:
-    """A transient rich bar for one training loop on the terminal: epoch k/N, loss, accuracy, images/s, ETA."""
+    """A transient rich bar for one training loop on the terminal: epoch k/N, loss, accuracy, images (or tokens)/s, ETA."""
 
-    def __init__(self, title: str, steps: int) -> None:
+    def __init__(self, title: str, steps: int, unit: str = "images") -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[stats]}"),
                                  TimeRemainingColumn(), transient=True)
         self.task = self.progress.add_task(title, total=max(steps, 1), stats="epoch 1")
         self.progress.start()
+        self.unit = "img" if unit == "images" else unit
 
     def advance(self) -> None:
         self.progress.advance(self.task)
 
     def epoch_done(self, epoch: str, loss: float, accuracy: float, rate: float) -> None:
         self.progress.update(self.task, stats=f"epoch {epoch} done, loss {loss:.3g}, acc {accuracy:.1%}, "
-                                              f"{rate:,.0f} img/s")
+                                              f"{rate:,.0f} {self.unit}/s")
 
     def close(self) -> None:
         self.progress.stop()

@@ -124,8 +124,12 @@ def zlib_score(loss: float, answer: str) -> float:
 
 @functools.cache
 def _rouge_scorer():
-    """One scorer per process (each new one logs a line through absl)."""
+    """One scorer per process, made without absl's "Using default tokenizer." line in the job's log."""
+    import logging
+
     from rouge_score.rouge_scorer import RougeScorer
+
+    logging.getLogger("absl").setLevel(logging.WARNING)
 
     return RougeScorer(["rougeL"], use_stemmer=True)
 

@@ -87,7 +87,7 @@ def fine_tune(fabric: Fabric, model: nn.Module, items: Items, recipe, generator:
     model, optimizer, schedule = adamw(fabric, model, recipe.lr, recipe.weight_decay, recipe.epochs,
                                        items.steps(recipe.batch_size), recipe.warmup_epochs)
     model.train()
-    with EpochMeter(fabric, recipe.epochs, items.steps(recipe.batch_size)) as meter:
+    with EpochMeter(fabric, recipe.epochs, items.steps(recipe.batch_size), unit="tokens") as meter:
         for _ in range(recipe.epochs):
             for batch in items.batches(recipe.batch_size, generator):
                 logits = forward(model, batch)
