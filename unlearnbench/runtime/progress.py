@@ -187,7 +187,8 @@ class EpochMeter:
 
 
 class LiveBar:
-    """A transient rich bar for one training loop on the terminal: epoch k/N, loss, accuracy, images (or tokens)/s, ETA."""
+    """A transient rich bar for one training loop on the terminal: epoch k/N, loss, accuracy, images/s (tokens/s
+    for text), ETA."""
 
     def __init__(self, title: str, steps: int, unit: str = "images") -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
