@@ -89,3 +89,11 @@ def test_a_local_pretrained_model_and_tokenizer_load_without_a_download(data, lm
     assert loaded.identity(tokenizer)["pretrained"] == str(tmp_path / "tiny")
     with pytest.raises(UserError, match=r"cannot load .*nothing is downloaded"):
         CausalLM(pretrained=str(tmp_path / "absent")).tokenizer([])
+
+
+def test_a_record_longer_than_the_model_takes_is_one_line(data):
+    lm = CausalLM(hidden=16, heads=2, max_length=12)
+    tokenizer = lm.tokenizer(data.texts())
+    splits = ForgetEntities(split="forget10").split(data, torch.Generator())
+    with pytest.raises(UserError, match=r"tokens long, above max_length=12"):
+        TextEvaluator(Fabric(accelerator="cpu", devices=1), lm.encoder(tokenizer), splits, 4, 4)

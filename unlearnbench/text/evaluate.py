@@ -19,6 +19,7 @@ import torch
 from lightning_fabric import Fabric
 from torch import nn
 
+from unlearnbench.errors import UserError
 from unlearnbench.metrics.examples import ExampleTable
 from unlearnbench.text import metrics
 from unlearnbench.text.data import collate
@@ -74,6 +75,12 @@ class TextEvaluator:
         self.items = {name: self.encode(records) for name, records in splits.evaluated().items()}
 
     def encode(self, records: list[dict]) -> SplitItems:
+        try:
+            return self.encoded(records)
+        except ValueError as error:  # a record too long for the model, or a template that cuts into the answer
+            raise UserError(str(error)) from None
+
+    def encoded(self, records: list[dict]) -> SplitItems:
         enc, fabric = self.encoder, self.fabric
         answers = [enc.item(r["question"], r["answer"]) for r in records]
         scored = bool(records) and all(r.get("perturbed_answer") for r in records)

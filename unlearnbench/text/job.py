@@ -31,7 +31,7 @@ from unlearnbench.runtime.cache import ModelCache, cache_key
 from unlearnbench.runtime.fabric import quiet_known_warnings
 from unlearnbench.runtime.models import full_state_dict
 from unlearnbench.runtime.monitor import Cost, CostMonitor
-from unlearnbench.runtime.seeding import streams
+from unlearnbench.runtime.seeding import global_seed, streams
 from unlearnbench.text.data import IDK_ANSWERS, TextData
 from unlearnbench.text.evaluate import TextEvaluator, TextExamples, model_scores
 from unlearnbench.text.methods.base import TextMethod, TextTask
@@ -106,7 +106,7 @@ class TextBench:
 
         def train() -> tuple[dict[str, torch.Tensor], dict]:
             rng = streams(stage, seed)
-            with self.monitor.measure() as cost, progress.training(title) as run:
+            with self.monitor.measure() as cost, progress.training(title) as run, global_seed(rng.seed):
                 model = fine_tune(self.fabric, self.model.new(self.tokenizer, rng.seed), self.items(records),
                                   self.recipe, rng.torch)
             meta = {**cost.as_dict(), "train_s": cost.time_s, "stage": stage, "seed": seed,
@@ -168,7 +168,7 @@ class TextBench:
                         retrained_cost=retrained.cost)
         title = f"target {target}: {method.name}"
         with self.outcome.stage(title, f"method:{method.name}"), self.monitor.measure() as measured, \
-                progress.training(title):
+                progress.training(title), global_seed(task.rng.seed):  # dropout, in a model that has it
             unlearned = method.unlearn(self.load(original.state), task)
         if self.outcome.lockstep:
             self.outcome.lockstep.together(unit_name(target, method.name))

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from unlearnbench.errors import UserError
+from unlearnbench.runtime.seeding import global_seed
 from unlearnbench.text.data import IGNORE, Template, chat_prompt, encode, encode_chat, prompt_ids, train_tokenizer
 from unlearnbench.text.losses import shifted
 
@@ -121,7 +122,8 @@ class CausalLM:
         if self.pretrained is not None:
             from transformers import AutoModelForCausalLM
 
-            return local_pretrained(AutoModelForCausalLM, self.pretrained, torch_dtype=torch.float32)
+            with global_seed(seed):  # weights the checkpoint lacks are initialised from the global RNG
+                return local_pretrained(AutoModelForCausalLM, self.pretrained, torch_dtype=torch.float32)
         return tiny_llama(len(tokenizer), seed, self.layers, self.hidden, self.heads, self.max_length,
                           tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)
 
