@@ -12,6 +12,10 @@ evaluation uses the same. Each figure is the median of `--repeats` timed passes 
 also gives the achieved TFLOP/s (FLOPs counted by PyTorch for one forward and backward pass; 3.33 GFLOP per image at
 width 64) against the device's bf16 peak, and the raw loop under `torch.compile`.
 
+The text task's table does the same for fine-tuning a tiny Llama on the built-in TOFU-format data: the product's
+`text.train.fine_tune` against a raw Hugging Face/PyTorch loop on the same model, items, batch and precision, in
+tokens/s.
+
 Target on a CPU: ratios ≥ 0.9. Run with `make bench` (about 4 minutes on 2 cores) or directly:
     python benchmarks/bench_throughput.py --widths 16 --precisions 32-true --repeats 5
 """
@@ -237,6 +241,76 @@ def layout_rows(setting: Setting, device: torch.device, repeats: int) -> list[tu
     return [(stage, rates[False][k], rates[True][k]) for k, stage in enumerate(("train", "eval"))]
 
 
+def text_setting(hidden: int, device: torch.device):
+    """The text task's fine-tuning on the built-in data: the tokenizer, its encoded items and a fresh tiny Llama."""
+    from unlearnbench.text.data import fictitious
+    from unlearnbench.text.model import CausalLM
+
+    data = fictitious(entities=20, holdout_entities=2, general=20, seed=0)
+    lm = CausalLM(hidden=hidden, heads=4)
+    tokenizer = lm.tokenizer(data.texts())
+    encoder = lm.encoder(tokenizer)
+    items = [encoder.item(r["question"], r["answer"]) for r in data.full + data.real_authors + data.world_facts]
+    return lm, tokenizer, encoder, items
+
+
+def text_rows(hidden: int, precision: str, device: torch.device, repeats: int, epochs: int) -> tuple[float, float]:
+    """(unlearnbench's fine-tuning, a raw HF/PyTorch loop) in tokens/s: the same tiny Llama, items, batch (16, the
+    built-in recipe's), AdamW with weight decay, linear schedule and gradient clipping, precision; the raw loop
+    pads each batch to its longest, computes the answer-only token-mean NLL and steps, and nothing else."""
+    from types import SimpleNamespace
+
+    from unlearnbench.text.data import collate
+    from unlearnbench.text.losses import token_mean_nll
+    from unlearnbench.text.train import Items, fine_tune
+
+    lm, tokenizer, encoder, items = text_setting(hidden, device)
+    recipe = SimpleNamespace(epochs=epochs, batch_size=16, lr=3e-3, weight_decay=0.01, warmup_epochs=1.0)
+    tokens = epochs * sum(len(item["input_ids"]) for item in items)
+    fabric = Fabric(accelerator=device.type, devices=1, precision=precision)
+
+    def ours() -> None:
+        model = lm.new(tokenizer, 0)
+        fine_tune(fabric, model, Items(fabric, items, encoder.pad_id), recipe, torch.Generator().manual_seed(0))
+
+    def raw() -> None:
+        model = lm.new(tokenizer, 0).to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
+        steps = epochs * math.ceil(len(items) / recipe.batch_size)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1 - s / steps)
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(epochs):
+            order = torch.randperm(len(items), generator=generator).tolist()
+            for start in range(0, len(items), recipe.batch_size):
+                batch = collate([items[i] for i in order[start:start + recipe.batch_size]], encoder.pad_id)
+                batch = {k: v.to(device) for k, v in batch.items()}
+                with autocast(precision, device):
+                    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+                loss = token_mean_nll(logits, batch["labels"])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                schedule.step()
+
+    return tokens / median_seconds(ours, device, repeats), tokens / median_seconds(raw, device, repeats)
+
+
+def text_table(device: torch.device, precisions: str, repeats: int, hiddens: str) -> int:
+    """The text task's fine-tuning throughput table; the number of ratios below the target."""
+    print(f"\ntext task: tiny Llama fine-tuning on the built-in data (batch 16), tokens/s, median of {repeats}; "
+          f"ratio = unlearnbench / raw HF loop (target ≥ {TARGET_RATIO})\n")
+    print(f"{'hidden':>6} {'precision':11} {'unlearnbench':>12} {'raw loop':>9} {'ratio':>6}")
+    failures = 0
+    for hidden in map(int, hiddens.split(",")):
+        for precision in precisions.split(","):
+            ours, raw = text_rows(hidden, precision, device, repeats, epochs=2)
+            failures += ours / raw < TARGET_RATIO
+            print(f"{hidden:>6} {precision:11} {ours:>12.0f} {raw:>9.0f} {ours / raw:>6.2f}"
+                  + ("" if ours / raw >= TARGET_RATIO else "  below target"), flush=True)
+    return failures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--widths", default="16,64", help="ResNet18 widths (64: the reference)")
@@ -247,6 +321,8 @@ def main() -> None:
     parser.add_argument("--accelerator", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--layouts", action="store_true", help="also time the raw loop in both memory layouts")
     parser.add_argument("--compile", action="store_true", help="also the raw loop under torch.compile (GPU default)")
+    parser.add_argument("--tasks", default="image,text", help="image (the ResNet18 recipe), text (a tiny Llama)")
+    parser.add_argument("--hiddens", default="64,256", help="the text task's Llama widths (64: the CPU default)")
     args = parser.parse_args()
     quiet_known_warnings()
     device = torch.device("cuda" if args.accelerator in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
@@ -266,9 +342,10 @@ def main() -> None:
     header = f"{'stage':6} {'width':>5} {'precision':11} {'model':7} {'eval batch':>10} {'unlearnbench':>12} " \
              f"{'raw loop':>9} {'ratio':>6}"
     extra = f" {'TFLOP/s':>8} {'of peak':>7} {'compiled':>9}" if gpu else ""
-    print(header + extra)
     failures = 0
-    for width in map(int, args.widths.split(",")):
+    if "image" in args.tasks:
+        print(header + extra)
+    for width in map(int, args.widths.split(",") if "image" in args.tasks else []):
         flops = flops_per_image(width, device)
         for precision in precisions.split(","):
             setting = Setting(width, precision, training_channels_last(device.type, None), 0, 0,
@@ -292,6 +369,8 @@ def main() -> None:
                         ("NCHW", standard / channels_last)
                     print(f"  layout {stage:5} raw loop: NCHW {standard:8.1f}, channels_last {channels_last:8.1f} "
                           f"images/s ({faster} faster by {ratio:.2f}×)", flush=True)
+    if "text" in args.tasks:
+        failures += text_table(device, precisions, args.repeats, args.hiddens)
     print(f"\nall ratios ≥ {TARGET_RATIO}" if not failures else f"\n{failures} ratio(s) below {TARGET_RATIO}")
 
 

@@ -1,6 +1,8 @@
 """`unlearnbench-report DIR…` and the end-of-sweep callback share this: collect, analyse, write `DIR/report/`.
 
-    results.parquet, results.csv   every record of every job (tidy), the job's fields and status as columns
+    results.parquet, results.csv   every record of every job (tidy), the job's fields and status as columns; the
+                                   statistics below also carry the text task's forget quality against one fixed
+                                   retain model (`forget_quality_first`, text_reference.py)
     summary.csv                    mean, std, n per configuration × target × role × method × metric × split (× round)
     table.csv                      mean ± std across training seeds (per-seed means first), the report's tables
     seed_variance.csv              σ_T², σ_U² with intervals, ICC, I, J, the per-seed variances' range and their
@@ -35,12 +37,13 @@ import pandas as pd
 
 from unlearnbench.files import atomic_path, make_folder
 from unlearnbench.report import stats
-from unlearnbench.report.analysis import Study, analyse
+from unlearnbench.report.analysis import CONFIG, OPTIONAL_CONFIG, Study, analyse
 from unlearnbench.report.collect import load_results, mixed_numerics, read_warnings
 from unlearnbench.report.console import MAIN
 from unlearnbench.report.curves import curve_table
 from unlearnbench.report.forget_quality import FORGET_PERMUTATIONS, forget_quality, load_examples
 from unlearnbench.report.seed_design import TARGET_SE, extend
+from unlearnbench.report.text_reference import first_reference_records
 
 
 @dataclass
@@ -86,6 +89,8 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
     make_folder(out)
     write(out / "results.csv", lambda path: frame.to_csv(path, index=False))
     write(out / "results.parquet", lambda path: _parquet_safe(frame).to_parquet(path, index=False))
+    configuration = [c for c in (*CONFIG, *OPTIONAL_CONFIG) if c in frame]
+    frame = pd.concat([frame, first_reference_records(frame, configuration)], ignore_index=True)
     study = extend(analyse(frame, permutations), [(m, s) for _, m, s in MAIN], target_se)
     study.forgetting = forget_quality(jobs, examples, frame, study.keys, forget_permutations)
     study.curves, curve_warnings = curve_table(jobs, study.keys)

@@ -26,6 +26,7 @@ MAIN = [
     ("online NDCG", "online_ndcg", ""),
     ("‖w_T − w‖", "weight_distance", ""),
     ("FQ", "forget_quality", "forget"),  # the text task
+    ("FQ first M_r", "forget_quality_first", "forget"),  # (the report's: against one fixed M_r)
     ("MU", "model_utility", ""),
     ("prob D_f", "prob", "forget"),
     ("ROUGE D_f", "rouge_l_recall", "forget"),

@@ -22,7 +22,8 @@ from scipy import stats as scipy_stats
 from unlearnbench.report import stats
 from unlearnbench.report.analysis import GOLD_STANDARDS, ROW, Study, label, sort_rows
 
-RANK_METRICS = [("delta_acc", "forget_test"), ("delta_acc", "retain_test")]  # ranked by |Z|, smallest first
+# (metric, split, ideal): methods ranked by |Z − ideal|, smallest first; the text task's forget quality by |1 − F|
+RANK_METRICS = [("delta_acc", "forget_test", 0.0), ("delta_acc", "retain_test", 0.0), ("forget_quality", "forget", 1.0)]
 SIGNIFICANT = 12  # scores equal to this many significant digits are ties (a mean's last bits are not a ranking)
 TARGET_SE = 0.01  # the default target standard error of a method's mean (`report.target_se`)
 
@@ -35,7 +36,8 @@ PLAN_COLUMNS = ["target", "method", "metric", "split", "sigma_t2", "sigma_u2", "
 
 
 def rank_label(metric: str, split: str) -> str:
-    return f"|{label(metric, split)}|"
+    ideal = next((i for m, s, i in RANK_METRICS if (m, s) == (metric, split)), 0.0)
+    return f"|{label(metric, split)}|" if ideal == 0 else f"|{ideal:g} − {label(metric, split)}|"
 
 
 def _rounded(scores: pd.Series) -> pd.Series:
@@ -68,24 +70,24 @@ def wilson(successes: int, trials: int, z: float = 1.959963984540054) -> tuple[f
                                                                   min(1.0, centre + half))
 
 
-def per_seed_scores(rows: pd.DataFrame) -> pd.DataFrame:
-    """methods × training seeds: the mean |Z| over each training seed's unlearning seeds; only the training seeds
-    that every method has."""
-    scores = rows.assign(value=rows["value"].abs()).groupby(["seed_train", "method"])["value"].mean()
+def per_seed_scores(rows: pd.DataFrame, ideal: float = 0.0) -> pd.DataFrame:
+    """methods × training seeds: the mean |Z − ideal| over each training seed's unlearning seeds; only the training
+    seeds that every method has."""
+    scores = rows.assign(value=(rows["value"] - ideal).abs()).groupby(["seed_train", "method"])["value"].mean()
     return scores.unstack("method").dropna(axis=0, how="any").T
 
 
 def rank_stability(values: pd.DataFrame, keys: list[str],
-                   metrics: list[tuple[str, str]] = RANK_METRICS) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   metrics: list[tuple[str, str, float]] = RANK_METRICS) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(rank_stability.csv, rank_stability_by_seed.csv): see the module's docstring. A row needs two methods (other
     than the retrained model itself) and two training seeds that every method has."""
     group_keys = [*keys, "target"]
     summary, by_seed = [], []
     unlearned = values[(values["role"] == "unlearned") & ~values["method"].isin(GOLD_STANDARDS)]
-    for metric, split in metrics:
+    for metric, split, ideal in metrics:
         chosen = unlearned[(unlearned["metric"] == metric) & (unlearned["split"] == split)]
         for ident, rows in chosen.groupby(group_keys, sort=False):
-            scores = per_seed_scores(rows)
+            scores = per_seed_scores(rows, ideal)
             if scores.shape[0] < 2 or scores.shape[1] < 2:
                 continue
             ident = dict(zip(group_keys, ident, strict=True))
