@@ -58,5 +58,4 @@ def test_the_text_seed_study_nests_unlearning_seeds_and_holds_one_forget_set():
     assert (config.study.I, config.study.J) == (5, 3)
     assert (config.seeds.unlearn, config.seeds.forget) == (2 * 3 + 1, 0)
     assert config.task.name == "text" and config.model.name == "causal_lm"
-    assert dict(config.hydra.sweeper.params) == {"seeds.train": "range(${study.I})",
-                                                 "study.repeat": "range(${study.J})"}
+    assert dict(config.hydra.sweeper.params) == {"seeds.train": "range(5)", "study.repeat": "range(3)"}

@@ -97,7 +97,9 @@ def quiet_known_warnings() -> None:
     """Silence warnings that need no action: 1×1 convolutions' gradients have strides that DDP's buckets do not
     expect (their layouts are equivalent); Lightning's all_gather uses a torch function deprecated in favour of a
     private one; and on a machine with SLURM's `srun`, Lightning suggests it for a job that SLURM did not start
-    (`hydra/launcher=slurm` starts jobs through sbatch, and a local sweep does not want srun)."""
+    (`hydra/launcher=slurm` starts jobs through sbatch, and a local sweep does not want srun); peft asks transformers
+    whether gradient checkpointing is on through a name transformers deprecated."""
     warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
     warnings.filterwarnings("ignore", message=r".*all_gather is deprecated")
     warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
+    warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated")  # peft's call, not ours

@@ -29,7 +29,6 @@ from unlearnbench.job import Diverged, JobPlan, Outcome, cost_scores, unit_name,
 from unlearnbench.runtime import progress
 from unlearnbench.runtime.cache import ModelCache, cache_key
 from unlearnbench.runtime.fabric import quiet_known_warnings
-from unlearnbench.runtime.models import full_state_dict
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.seeding import global_seed, streams
 from unlearnbench.text.data import IDK_ANSWERS, TextData
@@ -47,7 +46,8 @@ class TunedModel:
     """A fine-tuned reference model (M_o or M_r): the module, its weights, its training cost and cache entry."""
 
     module: nn.Module
-    state: dict[str, torch.Tensor]
+    state: dict[str, torch.Tensor]  # every weight, or the adapters with LoRA
+    base_seed: int  # the seed of a random-init base (`CausalLM.new`); unused with a pretrained one
     cost: Cost
     cache: dict
     curve: dict | None
@@ -107,26 +107,26 @@ class TextBench:
         def train() -> tuple[dict[str, torch.Tensor], dict]:
             rng = streams(stage, seed)
             with self.monitor.measure() as cost, progress.training(title) as run, global_seed(rng.seed):
-                model = fine_tune(self.fabric, self.model.new(self.tokenizer, rng.seed), self.items(records),
-                                  self.recipe, rng.torch)
-            meta = {**cost.as_dict(), "train_s": cost.time_s, "stage": stage, "seed": seed,
+                model = self.model.adapt(self.model.new(self.tokenizer, rng.seed), streams("lora", stage, seed).seed)
+                model = fine_tune(self.fabric, model, self.items(records), self.recipe, rng.torch)
+            meta = {**cost.as_dict(), "train_s": cost.time_s, "stage": stage, "seed": seed, "base_seed": rng.seed,
                     "records": len(records), "curve": run.curve}
-            return full_state_dict(self.fabric, model), meta
+            return self.model.trained_state(model), meta
 
         with self.outcome.stage(title, stage) as training:
             entry = self.cache.get_or_build(key, train)
             training.note("from the cache" if entry.hit else f"fine-tuned, {self.recipe.epochs} epochs")
         meta = entry.meta
-        module = self.fabric.setup_module(self.load(entry.state))
+        base_seed = meta.get("base_seed", 0)
+        module = self.fabric.setup_module(self.model.restore(self.tokenizer, entry.state, base_seed))
         module.eval()
-        return TunedModel(module, entry.state, Cost(meta.get("time_s"), meta.get("memory_gib"),
-                                                    meta.get("utilisation_pct")),
+        cost = Cost(meta.get("time_s"), meta.get("memory_gib"), meta.get("utilisation_pct"))
+        return TunedModel(module, entry.state, base_seed, cost,
                           {"key": key, "hit": entry.hit, "train_s": meta.get("train_s")}, meta.get("curve"))
 
-    def load(self, state: dict[str, torch.Tensor]) -> nn.Module:
-        model = self.model.new(self.tokenizer, 0)
-        model.load_state_dict(state)
-        return model
+    def copy(self, tuned: TunedModel) -> nn.Module:
+        """A fresh copy of a fine-tuned model, its adapters (if any) merged into its weights."""
+        return self.model.merged(self.model.restore(self.tokenizer, tuned.state, tuned.base_seed))
 
     def original(self) -> TunedModel:
         """M_o: fine-tuned on the full set and the general sets with the training seed."""
@@ -164,12 +164,14 @@ class TextBench:
         task = TextTask(self.fabric, self.encoder, splits, self.items(splits.forget),
                         self.items(splits.retain + self.general), streams("method", self.seeds["unlearn"],
                                                                             method.name, target),
-                        self.recipe, original=lambda: self.load(original.state), retrained=retrained.module,
+                        self.recipe, original=lambda: self.copy(original), retrained=retrained.module,
                         retrained_cost=retrained.cost)
         title = f"target {target}: {method.name}"
         with self.outcome.stage(title, f"method:{method.name}"), self.monitor.measure() as measured, \
                 progress.training(title), global_seed(task.rng.seed):  # dropout, in a model that has it
-            unlearned = method.unlearn(self.load(original.state), task)
+            start = self.model.adapt(self.copy(original), streams("lora", "method", self.seeds["unlearn"],
+                                                                  method.name, target).seed)
+            unlearned = method.unlearn(start, task)
         if self.outcome.lockstep:
             self.outcome.lockstep.together(unit_name(target, method.name))
         return unlearned, method.cost(measured, task)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -96,12 +98,13 @@ class CausalLM:
     def __init__(self, name: str = "causal_lm", pretrained: str | None = None, layers: int = 2, hidden: int = 64,
                  heads: int = 4, max_length: int = 128, chat_template: bool = False, system_prompt: str | None = None,
                  user_start: str = "Question: ", user_end: str = "\n", assistant_start: str = "Answer: ",
-                 max_new_tokens: int = 32) -> None:
+                 max_new_tokens: int = 32, lora: Mapping[str, Any] | None = None) -> None:
         self.name, self.pretrained = name, pretrained
         self.layers, self.hidden, self.heads, self.max_length = layers, hidden, heads, max_length
         self.chat_template, self.system_prompt = chat_template, system_prompt
         self.template = Template(user_start, user_end, assistant_start)
         self.max_new_tokens = max_new_tokens
+        self.lora = lora_settings(name, lora)
 
     def tokenizer(self, texts: list[str]):
         """The tokenizer: the pretrained one, or one learnt from `texts` and the tag strings."""
@@ -127,6 +130,56 @@ class CausalLM:
         return tiny_llama(len(tokenizer), seed, self.layers, self.hidden, self.heads, self.max_length,
                           tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)
 
+    @property
+    def adapted(self) -> bool:
+        """Whether fine-tuning and unlearning train LoRA adapters (`model.lora.enabled`) rather than every weight."""
+        return bool(self.lora["enabled"])
+
+    def adapt(self, model: nn.Module, seed: int) -> nn.Module:
+        """Fresh LoRA adapters on `model`, whose own weights are then frozen; their A matrices drawn from the global
+        RNG seeded with `seed` (peft's initialisation), B = 0. `model` itself where LoRA is off."""
+        if not self.adapted:
+            return model
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(r=self.lora["r"], lora_alpha=self.lora["alpha"], lora_dropout=self.lora["dropout"],
+                            target_modules=list(self.lora["target_modules"]), task_type="CAUSAL_LM")
+        with global_seed(seed):
+            return get_peft_model(model, config)
+
+    def trained_state(self, model: nn.Module) -> dict[str, Tensor]:
+        """What the cache stores of a fine-tuned model: its adapters with LoRA (the base is named by its identity
+        and rebuilt), every weight without."""
+        bare = getattr(model, "module", model)
+        if self.adapted:
+            from peft import get_peft_model_state_dict
+
+            state = get_peft_model_state_dict(bare)
+        else:
+            state = bare.state_dict()
+        return {name: tensor.detach().cpu().clone() for name, tensor in state.items()}
+
+    def restore(self, tokenizer, state: dict[str, Tensor], base_seed: int) -> nn.Module:
+        """A fine-tuned model from `trained_state`'s tensors: the base (`new` with `base_seed`), then the adapters
+        or every weight."""
+        model = self.new(tokenizer, base_seed)
+        if not self.adapted:
+            model.load_state_dict(state)
+            return model
+        from peft import set_peft_model_state_dict
+
+        model = self.adapt(model, 0)
+        result = set_peft_model_state_dict(model, state)
+        missing = [k for k in getattr(result, "missing_keys", []) if "lora_" in k]
+        if missing or getattr(result, "unexpected_keys", []):
+            raise ValueError(f"the cached adapters do not fit the model (missing {missing[:3]}, unexpected "
+                             f"{list(result.unexpected_keys)[:3]})")
+        return model
+
+    def merged(self, model: nn.Module) -> nn.Module:
+        """The model with its adapters merged into its weights (a plain model again); `model` without LoRA."""
+        return model.merge_and_unload() if self.adapted else model
+
     def identity(self, tokenizer) -> dict:
         """What names the base model and its tokenizer in the cache's keys."""
         vocab = json.dumps(sorted(tokenizer.get_vocab().items()))
@@ -134,11 +187,34 @@ class CausalLM:
             "layers": self.layers, "hidden": self.hidden, "heads": self.heads}
         return {**base, "max_length": self.max_length, "tokenizer": hashlib.sha256(vocab.encode()).hexdigest(),
                 "chat_template": self.chat_template, "system_prompt": self.system_prompt,
-                "template": self.template.tags()}
+                "template": self.template.tags(), **({"lora": self.lora} if self.adapted else {})}
 
     def encoder(self, tokenizer) -> Encoder:
         return Encoder(tokenizer, self.template, self.max_length,
                        self.system_prompt if self.chat_template else None, self.chat_template)
+
+
+# LoRA's defaults: rank 8 and alpha 16 as OpenUnlearning's UNDIAL notes (community/methods/UNDIAL/README.md; the
+# reference has no LoRA of its own), on the attention's query and value projections (peft's default for Llama).
+LORA = {"enabled": False, "r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
+
+
+def lora_settings(name: str, lora: Mapping[str, Any] | None) -> dict:
+    """`model.lora` with its defaults, checked: one line naming every option out of range or unknown."""
+    settings = {**LORA, **dict(lora or {})}
+    problems = [f"unknown option model.lora.{key}; valid: {', '.join(LORA)}" for key in settings if key not in LORA]
+    if not isinstance(settings["r"], int) or settings["r"] < 1:
+        problems.append(f"model.lora.r={settings['r']} is not valid; valid: an integer >= 1")
+    if not isinstance(settings["alpha"], int | float) or settings["alpha"] <= 0:
+        problems.append(f"model.lora.alpha={settings['alpha']} is not valid; valid: > 0")
+    if not isinstance(settings["dropout"], int | float) or not 0 <= settings["dropout"] < 1:
+        problems.append(f"model.lora.dropout={settings['dropout']} is not valid; valid: in [0, 1)")
+    if not settings["target_modules"]:
+        problems.append("model.lora.target_modules is empty; name the modules to adapt, e.g. [q_proj, v_proj]")
+    if problems:
+        raise UserError(f"model {name}: {'; '.join(problems)}")
+    settings["target_modules"] = list(settings["target_modules"])
+    return settings
 
 
 def local_pretrained(loader, source: str, **options):

@@ -65,8 +65,8 @@ def count(meter: EpochMeter, loss: Tensor, logits: Tensor, labels: Tensor, optim
 def adamw(fabric: Fabric, model: nn.Module, lr: float, weight_decay: float, epochs: int, steps_per_epoch: int,
           warmup_epochs: float, parameters=None):
     """`model` and AdamW with the linear warm-up and decay, set up by Fabric."""
-    optimizer = torch.optim.AdamW(model.parameters() if parameters is None else parameters, lr=lr,
-                                  weight_decay=weight_decay)
+    trainable = [p for p in (model.parameters() if parameters is None else parameters) if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
     model, optimizer = fabric.setup(model, optimizer)
     schedule = recipe_schedule(optimizer, steps_per_epoch, warmup_epochs, [], 1.0, "linear", epochs)
     return model, optimizer, schedule
