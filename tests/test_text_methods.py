@@ -39,7 +39,8 @@ def setting():
     model = tiny_llama(len(tokenizer), 0, hidden=16, heads=2)
     reference = tiny_llama(len(tokenizer), 1, hidden=16, heads=2).eval()
     forget, retain = items(splits.forget), items(splits.retain)
-    batch_f, batch_r = forget.rows(torch.arange(4)), retain.rows(torch.tensor([3, 0, 5, 1]))
+    batch_f = forget.rows(torch.arange(4)) | {"draw": torch.arange(4)}
+    batch_r = retain.rows(torch.tensor([3, 0, 5, 1]))
     return fabric, encoder, splits, forget, retain, model, reference, batch_f, batch_r
 
 

@@ -10,7 +10,7 @@ once and stay on the device.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from lightning_fabric import Fabric
@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from unlearnbench.runtime.progress import EpochMeter
 from unlearnbench.runtime.train import recipe_schedule
-from unlearnbench.text.data import collate
+from unlearnbench.text.data import IGNORE, collate
 from unlearnbench.text.losses import shifted, token_mean_nll
 
 MAX_GRAD_NORM = 1.0  # the HF Trainer's default, which OpenUnlearning keeps
@@ -42,14 +42,40 @@ class Items:
         width = int(batch["attention_mask"].sum(1).max())
         return {name: tensor[:, :width] if tensor.dim() == 2 else tensor for name, tensor in batch.items()}
 
+    def shard(self, rows: Tensor) -> dict[str, Tensor]:
+        """This rank's part of the global batch `rows` (every rank draws the same global batch from the same
+        generator and takes its own slice), padded to the global batch's width, so that the ranks together compute
+        exactly what one process computes on the whole batch (`global_mean`)."""
+        width = int(self.batch["attention_mask"][rows.to(self.batch["row"].device)].sum(1).max())
+        mine = torch.tensor_split(rows, self.fabric.world_size)[self.fabric.global_rank]
+        batch = {name: tensor[mine.to(tensor.device)] for name, tensor in self.batch.items()}
+        return {name: tensor[:, :width] if tensor.dim() == 2 else tensor for name, tensor in batch.items()}
+
     def batches(self, batch_size: int, generator: torch.Generator | None) -> Iterator[dict[str, Tensor]]:
-        """One epoch's batches, in the order of a permutation from `generator` (in order with None)."""
+        """One epoch's batches (this rank's shards of them), in the order of a permutation from `generator` (in
+        order with None)."""
         order = torch.randperm(self.size, generator=generator) if generator is not None else torch.arange(self.size)
         for start in range(0, self.size, batch_size):
-            yield self.rows(order[start:start + batch_size])
+            yield self.shard(order[start:start + batch_size])
 
     def steps(self, batch_size: int) -> int:
         return -(-self.size // batch_size)
+
+
+def global_mean(fabric: Fabric, local_mean: Tensor, local_count: Tensor | int) -> Tensor:
+    """This rank's share of a mean over the global batch: its own mean weighted by its share of the units (tokens,
+    sequences, positions) the mean runs over. The ranks' gradients are averaged (DDP), so the step is exactly one
+    process's step on the whole batch, whatever the world size; with one rank, the mean itself."""
+    if fabric.world_size == 1:
+        return local_mean
+    local_count = torch.as_tensor(local_count, dtype=torch.float64, device=local_mean.device)
+    total = fabric.all_reduce(local_count.clone(), reduce_op="sum")
+    return local_mean * (local_count * fabric.world_size / total).to(local_mean.dtype)
+
+
+def answer_tokens(batch: dict[str, Tensor]) -> Tensor:
+    """The labelled next tokens of a batch: the units of a token-mean NLL."""
+    return (batch["labels"][:, 1:] != IGNORE).sum()
 
 
 def forward(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
@@ -81,8 +107,7 @@ def step(fabric: Fabric, model: nn.Module, optimizer, schedule, loss: Tensor) ->
     schedule.step()
 
 
-def fine_tune(fabric: Fabric, model: nn.Module, items: Items, recipe, generator: torch.Generator,
-              loss_of: Callable[[Tensor, Tensor], Tensor] = token_mean_nll) -> nn.Module:
+def fine_tune(fabric: Fabric, model: nn.Module, items: Items, recipe, generator: torch.Generator) -> nn.Module:
     """Train `model` on `items` for `recipe.epochs` epochs of `recipe.batch_size`; returns it set up by Fabric."""
     model, optimizer, schedule = adamw(fabric, model, recipe.lr, recipe.weight_decay, recipe.epochs,
                                        items.steps(recipe.batch_size), recipe.warmup_epochs)
@@ -91,9 +116,9 @@ def fine_tune(fabric: Fabric, model: nn.Module, items: Items, recipe, generator:
         for _ in range(recipe.epochs):
             for batch in items.batches(recipe.batch_size, generator):
                 logits = forward(model, batch)
-                loss = loss_of(logits, batch["labels"])
+                loss = token_mean_nll(logits, batch["labels"])
                 count(meter, loss, logits, batch["labels"], optimizer)
-                step(fabric, model, optimizer, schedule, loss)
+                step(fabric, model, optimizer, schedule, global_mean(fabric, loss, answer_tokens(batch)))
             meter.end_epoch()
     model.eval()
     return model

@@ -31,9 +31,17 @@ from unlearnbench.runtime.seeding import Streams
 from unlearnbench.text.losses import kl_to_reference, token_mean_nll
 from unlearnbench.text.model import Encoder
 from unlearnbench.text.scenario import TextSplits
-from unlearnbench.text.train import Items, adamw, forward, step
+from unlearnbench.text.train import Items, adamw, answer_tokens, forward, global_mean, step
 
 RETAIN_LOSSES = ("nll", "kl")
+# The units a loss term averages over, counted on a batch: labelled next tokens (token-mean NLL), sequences (NPO,
+# SimNPO, DPO, RMU), next-token positions (UNDIAL), every position (the KL retain term).
+UNITS: dict[str, Callable[[dict[str, Tensor]], Tensor | int]] = {
+    "tokens": answer_tokens,
+    "rows": lambda batch: batch["input_ids"].shape[0],
+    "positions": lambda batch: batch["input_ids"].shape[0] * (batch["input_ids"].shape[1] - 1),
+    "cells": lambda batch: batch["input_ids"].numel(),
+}
 
 
 @dataclass
@@ -52,12 +60,18 @@ class TextTask:
     retrained_cost: Cost
 
     def pairs(self, batch_size: int) -> Iterator[tuple[dict[str, Tensor], dict[str, Tensor]]]:
-        """One epoch: shuffled forget batches, each with as many retain examples drawn uniformly at random."""
+        """One epoch: shuffled forget batches, each with as many retain examples drawn uniformly at random, and
+        a `draw` per forget example (a uniform 62-bit integer for a method's own choice, e.g. IdkDPO's answer).
+        The global batch is drawn alike on every rank; each rank takes its own slice of it (`Items.shard`), so no
+        two ranks see the same retain examples (open-unlearning #139) and the ranks together step as one process."""
         order = torch.randperm(len(self.forget), generator=self.rng.torch)
         for start in range(0, len(self.forget), batch_size):
             rows = order[start:start + batch_size]
             drawn = torch.randint(len(self.retain), (len(rows),), generator=self.rng.torch)
-            yield self.forget.rows(rows), self.retain.rows(drawn)
+            draws = torch.randint(2**62, (len(rows),), generator=self.rng.torch)
+            forget = self.forget.shard(rows)
+            mine = torch.tensor_split(draws, self.fabric.world_size)[self.fabric.global_rank]
+            yield forget | {"draw": mine.to(forget["row"].device)}, self.retain.shard(drawn)
 
     def reference(self) -> nn.Module:
         """A frozen copy of M_o (θ_ref), in evaluation mode."""
@@ -83,6 +97,7 @@ class ForgetRetainMethod(TextMethod):
     ranges: ClassVar[dict[str, Range]] = {"gamma": AT_LEAST_0, "alpha": AT_LEAST_0, "warmup_epochs": AT_LEAST_0,
                                           "retain_loss": Range(choices=RETAIN_LOSSES)}
     uses_reference: ClassVar[bool] = False  # whether the forget loss needs θ_ref
+    forget_unit: ClassVar[str] = "tokens"  # what L_forget averages over (`UNITS`): tokens, rows, positions, cells
 
     def __init__(self, name: str, epochs: int = 10, lr: float | None = None, batch_size: int = 32,
                  weight_decay: float = 0.01, warmup_epochs: float = 1.0, gamma: float = 1.0, alpha: float = 1.0,
@@ -113,9 +128,20 @@ class ForgetRetainMethod(TextMethod):
 
     def loss(self, model: nn.Module, reference: nn.Module | None, forget: dict[str, Tensor],
              retain: dict[str, Tensor], task: TextTask) -> Tensor:
-        """One step's γ·L_forget + α·L_retain (no retain pass where α = 0)."""
-        loss = self.gamma * self.forget_loss(model, reference, forget, task)
-        return loss + self.alpha * self.retain_term(model, reference, retain) if self.alpha > 0 else loss
+        """One step's γ·L_forget + α·L_retain (no retain pass where α = 0), each term this rank's share of its mean
+        over the global batch (`global_mean`: with one process, the terms themselves)."""
+        fabric = task.fabric
+        loss = self.gamma * global_mean(fabric, self.forget_loss(model, reference, forget, task),
+                                        UNITS[self.forget_unit](forget))
+        if self.alpha == 0:
+            return loss
+        return loss + self.alpha * global_mean(fabric, self.retain_term(model, reference, retain),
+                                               UNITS[self.retain_unit](retain))
+
+    @property
+    def retain_unit(self) -> str:
+        """What the retain term averages over: answer tokens (NLL) or every position of the batch (KL)."""
+        return "cells" if self.retain_loss == "kl" else "tokens"
 
     def parameters(self, model: nn.Module):
         """The parameters the optimizer updates (all of them unless a method says otherwise)."""

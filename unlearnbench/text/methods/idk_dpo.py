@@ -6,14 +6,14 @@ configs/experiment/unlearn/tofu/idk.yaml): the preferred answer to a forget ques
 the rejected one the true answer; L_forget = −(2/β)·mean log σ(β(r_w − r_l)), r the log-ratio of the model to the
 frozen M_o; β = 0.1, γ = α = 1, an NLL retain term. The "I don't know" answers are the project's own list
 (`unlearnbench.text.data.IDK_ANSWERS`), not OpenUnlearning's `idk.jsonl`; each forget example draws one uniformly
-at every step, from the unlearning seed (the reference draws from the global RNG).
+at every step, from the unlearning seed (the reference draws from the global RNG), as the rest of the global
+batch is drawn, whatever the number of ranks.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-import torch
 from torch import Tensor, nn
 
 from unlearnbench.config import POSITIVE, Range
@@ -25,6 +25,7 @@ from unlearnbench.text.methods.npo import nll_pair
 
 class IdkDPO(ForgetRetainMethod):
     ranges: ClassVar[dict[str, Range]] = {"beta": POSITIVE}
+    forget_unit = "rows"
     uses_reference = True
 
     def __init__(self, name: str, beta: float = 0.1, **options) -> None:
@@ -38,7 +39,7 @@ class IdkDPO(ForgetRetainMethod):
     def forget_loss(self, model: nn.Module, reference: nn.Module | None, forget: dict[str, Tensor],
                     task: TextTask) -> Tensor:
         rows = forget["row"].tolist()
-        chosen = torch.randint(len(IDK_ANSWERS), (len(rows),), generator=task.rng.torch).tolist()
+        chosen = (forget["draw"] % len(IDK_ANSWERS)).tolist()  # the loop's per-example draw (unlearning seed)
         idk = collate([self.idk[row][answer] for row, answer in zip(rows, chosen, strict=True)],
                       task.encoder.pad_id)
         idk = {name: tensor.to(forget["input_ids"].device) for name, tensor in idk.items()}

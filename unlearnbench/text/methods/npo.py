@@ -28,6 +28,7 @@ def nll_pair(model: nn.Module, reference: nn.Module, batch: dict[str, Tensor]) -
 
 class NPO(ForgetRetainMethod):
     ranges: ClassVar[dict[str, Range]] = {"beta": POSITIVE}
+    forget_unit = "rows"
     uses_reference = True
 
     def __init__(self, name: str, beta: float = 0.1, **options) -> None:

@@ -45,6 +45,7 @@ class Activations:
 
 class RMU(ForgetRetainMethod):
     ranges: ClassVar[dict[str, Range]] = {"steering_coeff": POSITIVE, "layer": AT_LEAST_0}
+    forget_unit = "rows"
 
     def __init__(self, name: str, steering_coeff: float = 2.0, layer: int | None = None, **options) -> None:
         super().__init__(name, **options)
@@ -53,12 +54,32 @@ class RMU(ForgetRetainMethod):
     def needs_reference(self) -> bool:
         return self.alpha > 0
 
-    def prepare(self, model: nn.Module, reference: nn.Module | None, task: TextTask) -> None:
-        layers = decoder_layers(model)
+    @property
+    def retain_unit(self) -> str:
+        return "rows"
+
+    def index(self, layers: nn.ModuleList) -> int:
         index = (len(layers) - 1) // 2 if self.layer is None else self.layer
         if index >= len(layers):
             raise UserError(f"method {self.name}: layer={index} is not valid; valid: 0 to {len(layers) - 1} (the "
                             f"model has {len(layers)} decoder layers)")
+        return index
+
+    def parameters(self, model: nn.Module):
+        """Every parameter the loss reaches: the embeddings and the layers up to the steered one. The reference
+        hands the optimizer every parameter, but those above the layer get no gradient and AdamW leaves them as
+        they are; frozen here, so that data-parallel training does not wait for their gradients."""
+        layers = decoder_layers(model)
+        reached = {id(p) for p in model.get_input_embeddings().parameters()}
+        reached |= {id(p) for layer in layers[:self.index(layers) + 1] for p in layer.parameters()}
+        for parameter in model.parameters():
+            if id(parameter) not in reached:
+                parameter.requires_grad_(False)
+        return None
+
+    def prepare(self, model: nn.Module, reference: nn.Module | None, task: TextTask) -> None:
+        layers = decoder_layers(model)
+        index = self.index(layers)
         self.hidden = Activations(layers[index])
         self.reference_hidden = Activations(decoder_layers(reference)[index]) if reference is not None else None
         width = layers[index].self_attn.q_proj.in_features

@@ -20,6 +20,7 @@ from unlearnbench.text.train import forward
 
 class SimNPO(ForgetRetainMethod):
     ranges: ClassVar[dict[str, Range]] = {"beta": POSITIVE}
+    forget_unit = "rows"
 
     def __init__(self, name: str, beta: float = 4.5, delta: float = 0.0, **options) -> None:
         super().__init__(name, **options)

@@ -22,6 +22,7 @@ from unlearnbench.text.train import forward
 
 class UNDIAL(ForgetRetainMethod):
     ranges: ClassVar[dict[str, Range]] = {"beta": POSITIVE}
+    forget_unit = "positions"
     uses_reference = True
 
     def __init__(self, name: str, beta: float = 10.0, **options) -> None:
