@@ -1,5 +1,7 @@
 """The GPU check: every precision mode and every strategy that fits one GPU on a one-epoch CIFAR-shaped job, NVML
-utilisation, and the training throughput of the CIFAR ResNet18 recipe; one PASS / FAIL / CANNOT line per row.
+utilisation, the text task (a tiny Llama fine-tuned in full, with LoRA, and with LoRA on a 4-bit base), and the
+training throughput of the CIFAR ResNet18 recipe and of the text task's fine-tuning (tokens/s); one PASS / FAIL /
+CANNOT line per row.
 
 Run it through `benchmarks/device_check.sh` (which installs the extras first); about 5 minutes on one GPU. CANNOT
 is a mode this machine cannot run, with the reason the job gave (a missing package, a GPU too old for FP8); FAIL is a
@@ -23,6 +25,9 @@ PRECISIONS = ("32-true", "64-true", "16-mixed", "bf16-mixed", "16-true", "bf16-t
               "transformer-engine-float16", "int8", "int8-training", "nf4", "nf4-dq", "fp4", "fp4-dq")
 STRATEGIES = ("fsdp", "deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_3")
 CANNOT = ("needs ", "runs on ")  # how the job says that this machine lacks what a mode needs (runtime/fabric.py)
+# The text task: experiment=tofu's tiny random Llama with one method, fine-tuned in full, with LoRA, and with LoRA on
+# a 4-bit base (bitsandbytes' nf4 through the nf4 precision config).
+TEXT_CASES = {"full": [], "lora": ["model.lora.enabled=true"], "qlora": ["model.lora.enabled=true", "precision=nf4"]}
 
 
 def job_args(data: Path, cache: Path, sweep: Path, accelerator: str) -> list[str]:
@@ -31,6 +36,23 @@ def job_args(data: Path, cache: Path, sweep: Path, accelerator: str) -> list[str
             f"paths.cache_dir={cache}", f"hydra.sweep.dir={sweep}", "model.width=16", "train.epochs=1",
             "train.milestones=[1]", "scenario.targets=[airplane]", "+method=finetune", "method.epochs=1",
             f"runtime.accelerator={accelerator}", "runtime.print_table=false"]
+
+
+def text_args(cache: Path, sweep: Path, accelerator: str, precision: str) -> list[str]:
+    """A text job on the built-in data: M_o and M_r fine-tuned, NPO, every metric."""
+    return [str(Path(sys.executable).parent / "unlearnbench"), "experiment=tofu", "+method=npo",
+            f"paths.cache_dir={cache}", f"hydra.sweep.dir={sweep}", f"runtime.accelerator={accelerator}",
+            f"precision={precision}", "runtime.print_table=false"]
+
+
+def text_row(root: Path, case: str, accelerator: str, precision: str, timeout: int) -> tuple[str, str, str]:
+    sweep = root / f"text_{case}"
+    done = run([*text_args(root / "cache", sweep, accelerator, precision), *TEXT_CASES[case]], timeout=timeout)
+    found = list(verdicts(sweep, "precision").values())
+    status, detail = found[0] if found else ("FAIL", f"no result (exit {done.returncode}: "
+                                                     f"{done.stderr.strip()[-200:]})")
+    used = next((o.split("=", 1)[1] for o in TEXT_CASES[case] if o.startswith("precision=")), precision)
+    return f"text {case} ({used})", status, detail
 
 
 def verdicts(sweep: Path, key: str) -> dict[str, tuple[str, str]]:
@@ -78,6 +100,8 @@ def main() -> None:
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--images", type=int, default=400, help="fabricated images per CIFAR batch file (6 files)")
     parser.add_argument("--no-throughput", action="store_true")
+    parser.add_argument("--text-cases", default=",".join(TEXT_CASES), help="of " + ", ".join(TEXT_CASES))
+    parser.add_argument("--text-precision", default="bf16-mixed", help="the text jobs' precision (qlora: nf4)")
     parser.add_argument("--out", type=Path, default=Path("device_check.md"))
     args = parser.parse_args()
     from fabricate import write_cifar10
@@ -103,13 +127,16 @@ def main() -> None:
             status, detail = verdicts(sweep, "strategy").get(strategy, (
                 "FAIL", f"no result (exit {done.returncode}: {done.stderr.strip()[-200:]})"))
             rows.append((f"strategy {strategy} (1 rank, bf16-mixed)", status, detail))
+        for case in filter(None, args.text_cases.split(",")):
+            rows.append(text_row(root, case, args.accelerator, args.text_precision, timeout=300))
     throughput = ""
     if not args.no_throughput:
         bench = run([sys.executable, str(REPO / "benchmarks" / "bench_throughput.py"), "--widths", "64",
-                     "--precisions", "bf16-mixed", "--compile", "--accelerator", args.accelerator], timeout=600)
+                     "--precisions", "bf16-mixed", "--compile", "--accelerator", args.accelerator,
+                     "--hiddens", "256"], timeout=600)
         throughput = bench.stdout
         below = "below target" in bench.stdout or bench.returncode != 0
-        rows.append(("throughput, ResNet18 width 64, bf16-mixed", "FAIL" if below else "PASS",
+        rows.append(("throughput, ResNet18 width 64 and tiny Llama, bf16-mixed", "FAIL" if below else "PASS",
                      "ratio below 0.9 (table below)" if below and bench.returncode == 0 else
                      (bench.stderr.strip()[-200:] if bench.returncode else "ratios ≥ 0.9 (table below)")))
     width = max(len(check) for check, _, _ in rows)

@@ -15,7 +15,8 @@ def test_the_device_check_says_pass_or_cannot_with_the_reason(tmp_path):
     out = tmp_path / "check.md"
     run = subprocess.run([sys.executable, str(REPO / "benchmarks" / "device_check.py"), "--accelerator", "cpu",
                           "--precisions", "32-true,16-mixed", "--strategies", "deepspeed_stage_2", "--images", "12",
-                          "--no-throughput", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          "--no-throughput", "--text-cases", "qlora", "--text-precision", "32-true",
+                          "--out", str(out)], capture_output=True, text=True, timeout=600,
                          cwd=tmp_path)
     rows = {line.split("  ")[0].strip(): line for line in run.stdout.splitlines() if "  " in line}
     assert "PASS" in rows["precision 32-true"], run.stdout + run.stderr[-2000:]
@@ -23,6 +24,8 @@ def test_the_device_check_says_pass_or_cannot_with_the_reason(tmp_path):
     strategy = rows["strategy deepspeed_stage_2 (1 rank, bf16-mixed)"]
     assert "CANNOT" in strategy and "needs" in strategy
     assert "CANNOT" in rows["NVML utilisation"] and "no GPU" in rows["NVML utilisation"]
-    assert run.returncode == 0 and "device check: 1 passed, 0 failed, 3 cannot run here" in run.stdout
+    qlora = rows["text qlora (nf4)"]  # LoRA on a 4-bit base needs bitsandbytes' CUDA kernels
+    assert "CANNOT" in qlora and "bitsandbytes" in qlora and "a CUDA GPU" in qlora
+    assert run.returncode == 0 and "device check: 1 passed, 0 failed, 4 cannot run here" in run.stdout
     table = out.read_text()
     assert "| precision 16-mixed | CANNOT |" in table and "| precision 32-true | PASS |" in table

@@ -295,23 +295,28 @@ def chat_messages(question: str, answer: str | None, system_prompt: str | None) 
     return messages + ([{"role": "assistant", "content": answer}] if answer is not None else [])
 
 
-def chat_ids(tokenizer, messages: list[dict[str, str]], generation_prompt: bool) -> list[int]:
-    ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=generation_prompt)
+def chat_ids(tokenizer, messages: list[dict[str, str]], generation_prompt: bool,
+             date_string: str | None = None) -> list[int]:
+    """The template's ids; `date_string` fixes the date a template would otherwise take from the clock (Llama 3's),
+    so that the same record gives the same ids every day."""
+    options = {"date_string": date_string} if date_string is not None else {}
+    ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=generation_prompt, **options)
     return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)  # a dict in newer transformers
 
 
-def chat_prompt(tokenizer, question: str, system_prompt: str | None = None) -> list[int]:
+def chat_prompt(tokenizer, question: str, system_prompt: str | None = None,
+                date_string: str | None = None) -> list[int]:
     """The chat template over the system and user turns, with the generation prompt: the assistant's header
     belongs to the prompt."""
-    return chat_ids(tokenizer, chat_messages(question, None, system_prompt), generation_prompt=True)
+    return chat_ids(tokenizer, chat_messages(question, None, system_prompt), True, date_string)
 
 
 def encode_chat(tokenizer, question: str, answer: str, system_prompt: str | None = None,
-                max_length: int = 512) -> dict[str, list[int]]:
+                max_length: int = 512, date_string: str | None = None) -> dict[str, list[int]]:
     """`encode` through the tokenizer's chat template (OpenUnlearning's chat branch): the whole conversation without
     the generation prompt, eos appended where it does not end with one, labels IGNORE over the prompt's ids."""
-    prompt = chat_prompt(tokenizer, question, system_prompt)
-    whole = chat_ids(tokenizer, chat_messages(question, answer, system_prompt), generation_prompt=False)
+    prompt = chat_prompt(tokenizer, question, system_prompt, date_string)
+    whole = chat_ids(tokenizer, chat_messages(question, answer, system_prompt), False, date_string)
     if whole[-1] != tokenizer.eos_token_id:
         whole.append(tokenizer.eos_token_id)
     if whole[:len(prompt)] != prompt or len(whole) == len(prompt):

@@ -93,15 +93,17 @@ class CausalLM:
     seed of the model it becomes, and the tokenizer is learnt from the data's own text (`data.train_tokenizer`).
     With `pretrained` a folder, or a hub id already in the local Hugging Face cache, both are read from there,
     never downloaded. Prompts use the tokenizer's chat template (`chat_template: true`, OpenUnlearning's chat
-    branch, with `system_prompt`) or the tag strings (its tag branch)."""
+    branch, with `system_prompt` and the fixed `date_string` the reference passes) or the tag strings (its tag
+    branch)."""
 
     def __init__(self, name: str = "causal_lm", pretrained: str | None = None, layers: int = 2, hidden: int = 64,
                  heads: int = 4, max_length: int = 128, chat_template: bool = False, system_prompt: str | None = None,
                  user_start: str = "Question: ", user_end: str = "\n", assistant_start: str = "Answer: ",
-                 max_new_tokens: int = 32, lora: Mapping[str, Any] | None = None) -> None:
+                 max_new_tokens: int = 32, lora: Mapping[str, Any] | None = None,
+                 date_string: str | None = "10 Apr 2025") -> None:
         self.name, self.pretrained = name, pretrained
         self.layers, self.hidden, self.heads, self.max_length = layers, hidden, heads, max_length
-        self.chat_template, self.system_prompt = chat_template, system_prompt
+        self.chat_template, self.system_prompt, self.date_string = chat_template, system_prompt, date_string
         self.template = Template(user_start, user_end, assistant_start)
         self.max_new_tokens = max_new_tokens
         self.lora = lora_settings(name, lora)
@@ -187,11 +189,12 @@ class CausalLM:
             "layers": self.layers, "hidden": self.hidden, "heads": self.heads}
         return {**base, "max_length": self.max_length, "tokenizer": hashlib.sha256(vocab.encode()).hexdigest(),
                 "chat_template": self.chat_template, "system_prompt": self.system_prompt,
+                "date_string": self.date_string if self.chat_template else None,
                 "template": self.template.tags(), **({"lora": self.lora} if self.adapted else {})}
 
     def encoder(self, tokenizer) -> Encoder:
         return Encoder(tokenizer, self.template, self.max_length,
-                       self.system_prompt if self.chat_template else None, self.chat_template)
+                       self.system_prompt if self.chat_template else None, self.chat_template, self.date_string)
 
 
 # LoRA's defaults: rank 8 and alpha 16 as OpenUnlearning's UNDIAL notes (community/methods/UNDIAL/README.md; the
@@ -236,6 +239,7 @@ class Encoder:
     max_length: int
     system_prompt: str | None = None
     chat: bool = False
+    date_string: str | None = None
 
     @property
     def pad_id(self) -> int:
@@ -244,12 +248,12 @@ class Encoder:
     def item(self, question: str, answer: str) -> dict[str, list[int]]:
         if not self.chat:
             return encode(self.tokenizer, self.template, question, answer, self.max_length)
-        return encode_chat(self.tokenizer, question, answer, self.system_prompt, self.max_length)
+        return encode_chat(self.tokenizer, question, answer, self.system_prompt, self.max_length, self.date_string)
 
     def prompt(self, question: str) -> list[int]:
         """The ids a generation starts from: the prompt part of every item of `question`."""
         if self.chat:
-            return chat_prompt(self.tokenizer, question, self.system_prompt)
+            return chat_prompt(self.tokenizer, question, self.system_prompt, self.date_string)
         return prompt_ids(self.tokenizer, self.template, question)
 
     def answer_text(self, item: dict[str, list[int]]) -> str:
