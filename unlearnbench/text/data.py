@@ -263,11 +263,19 @@ def encode(tokenizer, template: Template, question: str, answer: str, max_length
     prefix of the whole's, where the labels would be wrong."""
     prompt = prompt_ids(tokenizer, template, question)
     whole = [*bos(tokenizer), *tokenizer.encode(template.prompt(question) + answer, add_special_tokens=False)]
+    return answer_only(tokenizer, prompt, whole, max_length, question, f"the prompt of {question!r} does not "
+                       f"tokenize as a prefix of prompt and answer {answer!r}: choose tags that end at a token "
+                       f"boundary")
+
+
+def answer_only(tokenizer, prompt: list[int], whole: list[int], max_length: int, question: str,
+                not_a_prefix: str) -> dict[str, list[int]]:
+    """`whole` with eos appended where it does not end with one, labelled IGNORE over `prompt`; a ValueError
+    (`not_a_prefix`) where the prompt's ids do not begin the whole's, or where the record exceeds `max_length`."""
     if whole[-1] != tokenizer.eos_token_id:
-        whole.append(tokenizer.eos_token_id)
+        whole = [*whole, tokenizer.eos_token_id]
     if whole[:len(prompt)] != prompt or len(whole) == len(prompt):
-        raise ValueError(f"the prompt of {question!r} does not tokenize as a prefix of prompt and answer "
-                         f"{answer!r}: choose tags that end at a token boundary")
+        raise ValueError(not_a_prefix)
     if len(whole) > max_length:
         raise ValueError(f"the record {question!r} is {len(whole)} tokens long, above max_length={max_length}")
     return {"input_ids": whole, "labels": [IGNORE] * len(prompt) + whole[len(prompt):]}
@@ -317,11 +325,6 @@ def encode_chat(tokenizer, question: str, answer: str, system_prompt: str | None
     the generation prompt, eos appended where it does not end with one, labels IGNORE over the prompt's ids."""
     prompt = chat_prompt(tokenizer, question, system_prompt, date_string)
     whole = chat_ids(tokenizer, chat_messages(question, answer, system_prompt), False, date_string)
-    if whole[-1] != tokenizer.eos_token_id:
-        whole.append(tokenizer.eos_token_id)
-    if whole[:len(prompt)] != prompt or len(whole) == len(prompt):
-        raise ValueError(f"the chat prompt of {question!r} is not a prefix of the whole conversation with answer "
-                         f"{answer!r}: the tokenizer's chat template does not fit the answer-only loss")
-    if len(whole) > max_length:
-        raise ValueError(f"the record {question!r} is {len(whole)} tokens long, above max_length={max_length}")
-    return {"input_ids": whole, "labels": [IGNORE] * len(prompt) + whole[len(prompt):]}
+    return answer_only(tokenizer, prompt, whole, max_length, question, f"the chat prompt of {question!r} is not a "
+                       f"prefix of the whole conversation with answer {answer!r}: the tokenizer's chat template does "
+                       f"not fit the answer-only loss")

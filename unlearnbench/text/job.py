@@ -211,9 +211,8 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                     out_r, out_o = evaluator.outputs(retrained.module), evaluator.outputs(original.module)
                 outcome.add(target, None, "retrained", model_scores(out_r, out_r) | cost_scores(retrained.cost))
                 outcome.add(target, None, "original", model_scores(out_o, out_r) | cost_scores(original.cost))
-                if outcome.examples is not None:
-                    outcome.examples.add_model(target, "retrained", None, out_r, positions)
-                    outcome.examples.add_model(target, "original", None, out_o, positions)
+                keep_examples(outcome, target, "retrained", None, out_r, positions)
+                keep_examples(outcome, target, "original", None, out_o, positions)
                 for method in outcome.unsettled(bench.methods, target):
                     with outcome.isolated(target, method.name):
                         unlearned, cost = bench.unlearn(method, target, splits, original, retrained)
@@ -225,6 +224,12 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                             raise Diverged(f"{method.name} diverged: its losses on the evaluated splits are not "
                                            f"finite; its metrics are left out")
                         outcome.add(target, method.name, "unlearned", model_scores(out_u, out_r) | cost_scores(cost))
-                        if outcome.examples is not None:
-                            outcome.examples.add_model(target, "unlearned", method.name, out_u, positions)
+                        keep_examples(outcome, target, "unlearned", method.name, out_u, positions)
     return outcome
+
+
+def keep_examples(outcome: Outcome, target: str, role: str, method: str | None, outputs: dict,
+                  positions: dict) -> None:
+    """A model's rows of examples.parquet, unless `evaluation.examples` is off."""
+    if outcome.examples is not None:
+        outcome.examples.add_model(target, role, method, outputs, positions)
