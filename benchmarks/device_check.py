@@ -1,6 +1,6 @@
 """The GPU check: every precision mode and every strategy that fits one GPU on a one-epoch CIFAR-shaped job, NVML
-utilisation, the text task (a tiny Llama fine-tuned in full, with LoRA, and with LoRA on a 4-bit base), and the
-training throughput of the CIFAR ResNet18 recipe and of the text task's fine-tuning (tokens/s); one PASS / FAIL /
+utilisation, the text task (a tiny Llama fine-tuned in full, with LoRA, with LoRA on a 4-bit base, and under FSDP and
+DeepSpeed ZeRO 1-3 with one rank), and the training throughput of the CIFAR ResNet18 recipe and of the text task's fine-tuning (tokens/s); one PASS / FAIL /
 CANNOT line per row.
 
 Run it through `benchmarks/device_check.sh` (which installs the extras first); about 5 minutes on one GPU. CANNOT
@@ -25,9 +25,11 @@ PRECISIONS = ("32-true", "64-true", "16-mixed", "bf16-mixed", "16-true", "bf16-t
               "transformer-engine-float16", "int8", "int8-training", "nf4", "nf4-dq", "fp4", "fp4-dq")
 STRATEGIES = ("fsdp", "deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_3")
 CANNOT = ("needs ", "runs on ")  # how the job says that this machine lacks what a mode needs (runtime/fabric.py)
-# The text task: experiment=tofu's tiny random Llama with one method, fine-tuned in full, with LoRA, and with LoRA on
-# a 4-bit base (bitsandbytes' nf4 through the nf4 precision config).
-TEXT_CASES = {"full": [], "lora": ["model.lora.enabled=true"], "qlora": ["model.lora.enabled=true", "precision=nf4"]}
+# The text task: experiment=tofu's tiny random Llama with one method, fine-tuned in full, with LoRA, with LoRA on a
+# 4-bit base (bitsandbytes' nf4 through the nf4 precision config), and in full under each sharding strategy (1 rank:
+# gathered state dicts, generation inside the wrapper, DeepSpeed's own clipping).
+TEXT_CASES = {"full": [], "lora": ["model.lora.enabled=true"], "qlora": ["model.lora.enabled=true", "precision=nf4"],
+              **{strategy: [f"strategy={strategy}", "strategy.devices=1"] for strategy in STRATEGIES}}
 
 
 def job_args(data: Path, cache: Path, sweep: Path, accelerator: str) -> list[str]:
@@ -52,7 +54,7 @@ def text_row(root: Path, case: str, accelerator: str, precision: str, timeout: i
     status, detail = found[0] if found else ("FAIL", f"no result (exit {done.returncode}: "
                                                      f"{done.stderr.strip()[-200:]})")
     used = next((o.split("=", 1)[1] for o in TEXT_CASES[case] if o.startswith("precision=")), precision)
-    return f"text {case} ({used})", status, detail
+    return f"text {case} ({'1 rank, ' if case in STRATEGIES else ''}{used})", status, detail
 
 
 def verdicts(sweep: Path, key: str) -> dict[str, tuple[str, str]]:

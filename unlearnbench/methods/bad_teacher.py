@@ -91,6 +91,6 @@ class BadTeacher(Method):
                     logits = float_logits(student(inputs))
                     loss = unlearner_loss(logits, flags[positions], good, bad, temperature)
                     meter.batch(loss, logits, labels, optimizer)
-                    descend(task.fabric, optimizer, loss)
+                    descend(task.fabric, optimizer, loss, model=student)
                 meter.end_epoch()
         return student

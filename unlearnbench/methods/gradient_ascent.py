@@ -36,6 +36,6 @@ class GradientAscent(Method):
                     logits = float_logits(model(inputs))
                     loss = -F.cross_entropy(logits, labels)
                     meter.batch(loss, logits, labels, optimizer)
-                    descend(task.fabric, optimizer, loss)
+                    descend(task.fabric, optimizer, loss, model=model)
                 meter.end_epoch()
         return model

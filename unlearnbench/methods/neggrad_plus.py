@@ -66,5 +66,6 @@ class NegGradPlus(Method):
         model.train()
         for _ in range(setting(self.epochs, task)):
             for retain_batch in retain:
-                descend(task.fabric, optimizer, neggrad_loss(model, retain_batch, next(forget, None), alpha))
+                loss = neggrad_loss(model, retain_batch, next(forget, None), alpha)
+                descend(task.fabric, optimizer, loss, model=model)
         return model

@@ -73,7 +73,7 @@ def saliency_mask(fabric: Fabric, model: nn.Module, forget: Batches, fraction: f
     model.eval()
     for inputs, labels in forget:
         model.zero_grad(set_to_none=True)
-        fabric.backward(-F.cross_entropy(float_logits(model(inputs)), labels))
+        fabric.backward(-F.cross_entropy(float_logits(model(inputs)), labels), model=model)
         for t, p in zip(total, params, strict=True):
             if p.grad is not None:
                 t += p.grad
@@ -104,7 +104,7 @@ class MaskedTrainer:
         if self.weight_decay:
             loss = loss + self.weight_decay / 2 * sum(p.float().pow(2).sum() for p in self.params)
         self.optimizer.zero_grad(set_to_none=True)
-        self.fabric.backward(loss)
+        self.fabric.backward(loss, model=self.model)
         for p, m in zip(self.params, self.mask, strict=True):
             if p.grad is not None:
                 p.grad.mul_(m)

@@ -107,7 +107,7 @@ class Scrub(Method):
             with torch.no_grad():
                 target = float_logits(teacher(inputs))
             loss = -distill_kl(float_logits(student(inputs)), target, temperature)
-            descend(task.fabric, optimizer, loss)
+            descend(task.fabric, optimizer, loss, model=student)
 
     def min_pass(self, student: nn.Module, teacher: nn.Module, optimizer: torch.optim.Optimizer, retain: Batches,
                  task: UnlearningTask) -> None:
@@ -119,4 +119,4 @@ class Scrub(Method):
                 target = float_logits(teacher(inputs))
             logits = float_logits(student(inputs))
             loss = gamma * F.cross_entropy(logits, labels) + alpha * distill_kl(logits, target, temperature)
-            descend(task.fabric, optimizer, loss)
+            descend(task.fabric, optimizer, loss, model=student)

@@ -87,10 +87,11 @@ def float_logits(logits: Tensor) -> Tensor:
 
 
 def descend(fabric: Fabric, optimizer: torch.optim.Optimizer, loss: Tensor,
-            scheduler: torch.optim.lr_scheduler.LRScheduler | None = None) -> None:
-    """One optimisation step on `loss` through Fabric (precision scaling, gradient synchronisation)."""
+            scheduler: torch.optim.lr_scheduler.LRScheduler | None = None, model: nn.Module | None = None) -> None:
+    """One optimisation step on `loss` through Fabric (precision scaling, gradient synchronisation). `model`: the
+    module the step trains, which DeepSpeed needs named once a job has set up more than one."""
     optimizer.zero_grad(set_to_none=True)
-    fabric.backward(loss)
+    fabric.backward(loss, model=model)
     optimizer.step()
     if scheduler is not None:
         scheduler.step()
@@ -115,7 +116,7 @@ def cross_entropy_epochs(fabric: Fabric, model: nn.Module, optimizer: torch.opti
                 if regulariser is not None:
                     loss = loss + regulariser(step)
                 meter.batch(loss, logits, labels, optimizer)
-                descend(fabric, optimizer, loss, scheduler)
+                descend(fabric, optimizer, loss, scheduler, model=model)
                 step += 1
             meter.end_epoch()
     return meter.accuracy

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from lightning_fabric import Fabric
+from lightning_fabric.wrappers import is_wrapped
 from torch import nn
 
 from unlearnbench.errors import UserError
@@ -133,17 +134,23 @@ class TextEvaluator:
 
     def generate(self, model: nn.Module, prompts: list[list[int]]) -> list[str]:
         """Greedy continuations of left-padded prompts, cut at the first eos (OpenUnlearning's generation
-        defaults, with `max_new_tokens` from the model config)."""
+        defaults, with `max_new_tokens` from the model config).
+
+        `generate` runs inside the strategy's wrapper (Fabric's `mark_forward_method`), where FSDP gathers the
+        parameters it shards; with several ranks every rank takes a step until all are done (`synced_gpus`), as
+        sharded weights are gathered by all of them at each step."""
         tokenizer = self.encoder.tokenizer
-        bare = getattr(model, "module", model)
+        if is_wrapped(model):
+            model.mark_forward_method("generate")
         texts = []
         for start in range(0, len(prompts), self.batch_size):
             chunk = [{"input_ids": p, "labels": p} for p in prompts[start:start + self.batch_size]]
             batch = {k: v.to(self.fabric.device) for k, v in collate(chunk, tokenizer.pad_token_id, left=True).items()}
             with self.fabric.autocast():
-                out = bare.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                    max_new_tokens=self.max_new_tokens, do_sample=False,
-                                    pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+                out = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                     max_new_tokens=self.max_new_tokens, do_sample=False,
+                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                                     synced_gpus=self.fabric.world_size > 1)
             for row in out[:, batch["input_ids"].shape[1]:].tolist():
                 cut = row.index(tokenizer.eos_token_id) if tokenizer.eos_token_id in row else len(row)
                 texts.append(tokenizer.decode(row[:cut], skip_special_tokens=True).strip())

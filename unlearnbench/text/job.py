@@ -39,7 +39,6 @@ from unlearnbench.text.scenario import ForgetEntities, TextSplits
 from unlearnbench.text.train import Items, fine_tune
 
 EVAL_BATCH = 32  # OpenUnlearning's evaluation batch size
-DATA_PARALLEL = ("single", "ddp", "ddp_spawn")  # every rank holds the whole model; FSDP and DeepSpeed: not yet
 
 
 @dataclass
@@ -67,9 +66,6 @@ class TextBench:
     def __init__(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
         config = plan.config
         self.fabric, self.config, self.outcome, self.seeds = fabric, config, outcome, config["seeds"]
-        if config["strategy"]["name"] not in DATA_PARALLEL:
-            raise UserError(f"the text task runs on one device or under {' or '.join(DATA_PARALLEL[1:])} so far, "
-                            f"not strategy={config['strategy']['name']}")
         with outcome.stage(f"loading {config['dataset']['name']}", "load_data") as loading:
             self.data: TextData = build(config["dataset"], "dataset").load()
             loading.note(f"{len(self.data.full):,} records of {len(self.data.entities())} entities")
@@ -112,7 +108,7 @@ class TextBench:
                 model = fine_tune(self.fabric, model, self.items(records), self.recipe, rng.torch)
             meta = {**cost.as_dict(), "train_s": cost.time_s, "stage": stage, "seed": seed, "base_seed": rng.seed,
                     "records": len(records), "curve": run.curve}
-            return self.model.trained_state(model), meta
+            return self.model.trained_state(self.fabric, model), meta
 
         with self.outcome.stage(title, stage) as training:
             entry = self.cache.get_or_build(key, train, group=self.fabric if self.fabric.world_size > 1 else None)

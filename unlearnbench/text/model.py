@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from lightning_fabric import Fabric
 from torch import Tensor, nn
 
 from unlearnbench.errors import UserError
+from unlearnbench.runtime.models import full_state_dict
 from unlearnbench.runtime.seeding import global_seed
 from unlearnbench.text.data import IGNORE, Template, chat_prompt, encode, encode_chat, prompt_ids, train_tokenizer
 from unlearnbench.text.losses import shifted
@@ -149,17 +151,15 @@ class CausalLM:
         with global_seed(seed):
             return get_peft_model(model, config)
 
-    def trained_state(self, model: nn.Module) -> dict[str, Tensor]:
-        """What the cache stores of a fine-tuned model: its adapters with LoRA (the base is named by its identity
-        and rebuilt), every weight without."""
-        bare = getattr(model, "module", model)
+    def trained_state(self, fabric: Fabric, model: nn.Module) -> dict[str, Tensor]:
+        """What the cache stores of a fine-tuned model, gathered whole on every rank when a strategy shards it: its
+        adapters with LoRA (the base is named by its identity and rebuilt), every weight without."""
+        state = full_state_dict(fabric, model)
         if self.adapted:
             from peft import get_peft_model_state_dict
 
-            state = get_peft_model_state_dict(bare)
-        else:
-            state = bare.state_dict()
-        return {name: tensor.detach().cpu().clone() for name, tensor in state.items()}
+            state = get_peft_model_state_dict(getattr(model, "module", model), state_dict=state)
+        return state
 
     def restore(self, tokenizer, state: dict[str, Tensor], base_seed: int) -> nn.Module:
         """A fine-tuned model from `trained_state`'s tensors: the base (`new` with `base_seed`), then the adapters

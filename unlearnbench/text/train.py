@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 from lightning_fabric import Fabric
+from lightning_fabric.strategies import DeepSpeedStrategy
 from torch import Tensor, nn
 
 from unlearnbench.runtime.progress import EpochMeter
@@ -93,16 +94,25 @@ def adamw(fabric: Fabric, model: nn.Module, lr: float, weight_decay: float, epoc
     """`model` and AdamW with the linear warm-up and decay, set up by Fabric."""
     trainable = [p for p in (model.parameters() if parameters is None else parameters) if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
+    if engine_clips(fabric):
+        fabric.strategy.config["gradient_clipping"] = MAX_GRAD_NORM
     model, optimizer = fabric.setup(model, optimizer)
     schedule = recipe_schedule(optimizer, steps_per_epoch, warmup_epochs, [], 1.0, "linear", epochs)
     return model, optimizer, schedule
 
 
+def engine_clips(fabric: Fabric) -> bool:
+    """Whether the strategy's own engine clips the gradients: DeepSpeed's does, at its config's `gradient_clipping`
+    (which `adamw` sets to 1.0), and Fabric's `clip_gradients` refuses to under it."""
+    return isinstance(fabric.strategy, DeepSpeedStrategy)
+
+
 def step(fabric: Fabric, model: nn.Module, optimizer, schedule, loss: Tensor) -> None:
     """One update: backward through Fabric, the gradient norm clipped at 1.0, the learning rate scheduled."""
     optimizer.zero_grad(set_to_none=True)
-    fabric.backward(loss)
-    fabric.clip_gradients(model, optimizer, max_norm=MAX_GRAD_NORM)
+    fabric.backward(loss, model=model)  # DeepSpeed needs it named once several models are set up
+    if not engine_clips(fabric):
+        fabric.clip_gradients(model, optimizer, max_norm=MAX_GRAD_NORM)
     optimizer.step()
     schedule.step()
 
