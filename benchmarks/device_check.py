@@ -1,7 +1,7 @@
 """The GPU check: every precision mode and every strategy that fits one GPU on a one-epoch CIFAR-shaped job, NVML
 utilisation, the text task (a tiny Llama fine-tuned in full, with LoRA, with LoRA on a 4-bit base, and under FSDP and
-DeepSpeed ZeRO 1-3 with one rank), and the training throughput of the CIFAR ResNet18 recipe and of the text task's fine-tuning (tokens/s); one PASS / FAIL /
-CANNOT line per row.
+DeepSpeed ZeRO 1-3 with one rank), and the training throughput of the CIFAR ResNet18 recipe and of the text task's
+fine-tuning (tokens/s); one PASS / FAIL / CANNOT line per row.
 
 Run it through `benchmarks/device_check.sh` (which installs the extras first); about 5 minutes on one GPU. CANNOT
 is a mode this machine cannot run, with the reason the job gave (a missing package, a GPU too old for FP8); FAIL is a

@@ -299,9 +299,9 @@ def test_a_full_disk_stops_the_build_with_one_line_and_leaves_no_part(name, refe
     assert_whole(out, expected)
 
 
-@pytest.fixture(params=[("80k", True), ("16k", False)], ids=["figures", "tables"])
+@pytest.fixture(params=[("120k", True), ("16k", False)], ids=["figures", "tables"])
 def tiny_disk(request, tmp_path):
-    """(a tmpfs too small for the report (root only): a real full disk, whether figures are drawn). 80 KiB fill up
+    """(a tmpfs too small for the report (root only): a real full disk, whether figures are drawn). 120 KiB fill up
     at a figure, 16 KiB at a table."""
     size, figures = request.param
     with mounted_tmpfs(tmp_path / "tiny", size) as folder:

@@ -115,7 +115,9 @@ def report_main() -> None:
     the first one's `report/`, or `--out`. Failed jobs are listed in the report and on stderr."""
     import argparse
 
+    from unlearnbench.config import LEADERBOARD_METRICS, leaderboard_problems
     from unlearnbench.report.forget_quality import FORGET_PERMUTATIONS
+    from unlearnbench.report.leaderboard import RESAMPLES
     from unlearnbench.report.seed_design import TARGET_SE
 
     def positive(text: str) -> float:
@@ -140,7 +142,15 @@ def report_main() -> None:
                         help=f"the standard error of a method's mean the seed plan aims at (default {TARGET_SE})")
     parser.add_argument("--permutations", type=count, default=FORGET_PERMUTATIONS, metavar="K",
                         help=f"random splits behind each forgetting quality's null (default {FORGET_PERMUTATIONS})")
+    parser.add_argument("--leaderboard-metrics", default=",".join(LEADERBOARD_METRICS), metavar="M[:SPLIT],…",
+                        help="the metrics of the leaderboard's mean rank (default: each task's, docs/comparing.md)")
+    parser.add_argument("--resamples", type=count, default=RESAMPLES, metavar="B",
+                        help=f"bootstrap resamples behind the leaderboard's rank intervals (default {RESAMPLES})")
     args = parser.parse_args()
+    metrics = [m for m in args.leaderboard_metrics.split(",") if m]
+    for problem in leaderboard_problems(metrics):
+        parser.exit(2, f"unlearnbench-report: {problem.replace('report.leaderboard.metrics', '--leaderboard-metrics')}"
+                       "\n")
     missing = [str(f) for f in args.folders if not f.is_dir()]
     if missing:
         parser.exit(2, f"unlearnbench-report: not a folder: {', '.join(missing)}\n")
@@ -150,7 +160,8 @@ def report_main() -> None:
     out = args.out or args.folders[0] / "report"
     try:
         built = build_report(args.folders, out, figures=not args.no_figures, target_se=args.target_se,
-                             forget_permutations=args.permutations)
+                             forget_permutations=args.permutations, leaderboard_metrics=metrics,
+                             resamples=args.resamples)
     except WriteError as error:
         sys.exit(f"unlearnbench-report: {error}")
     for line in [*failure_lines(built.failed, len(built.jobs)), *method_failure_lines(failed_methods(built.jobs))]:

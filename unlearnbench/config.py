@@ -174,6 +174,21 @@ class Precision:
     hint: str | None = None  # what to use instead on hardware that cannot run it
 
 
+# The leaderboard's metrics (`metric:split`, or `metric` without a split): per task, those a configuration records:
+# image |Δacc| on D_f, D'_f, D'_r and |ΔMIA|; ranking NDCG@10 against M_r; text forget quality, model utility
+# against M_r and privleak (docs/comparing.md).
+LEADERBOARD_METRICS = ("delta_acc:forget_train", "delta_acc:forget_test", "delta_acc:retain_test",
+                       "delta_mia:forget_train", "ndcg@10", "forget_quality:forget", "model_utility", "privleak:forget")
+
+
+@dataclass
+class Leaderboard:
+    """The report's leaderboard: the metrics of its aggregate rank, and the bootstrap's resamples."""
+
+    metrics: list[str] = field(default_factory=lambda: list(LEADERBOARD_METRICS))
+    resamples: int = ranged(1000, AT_LEAST_1)  # bootstrap resamples of the training seeds (rank intervals, P(best))
+
+
 @dataclass
 class Report:
     """The end-of-sweep report's options (`unlearnbench-report --target-se` for a rebuilt one)."""
@@ -181,6 +196,7 @@ class Report:
     target_se: float = ranged(0.01, POSITIVE)  # the standard error a method's mean should reach (seed plan)
     permutations: int = ranged(100, AT_LEAST_1)  # random splits behind each forgetting quality's null
     figures: bool = True  # draw figures/ (`unlearnbench-report --no-figures` leaves them out of a rebuilt one)
+    leaderboard: Leaderboard = field(default_factory=Leaderboard)
 
 
 @dataclass
@@ -232,8 +248,22 @@ def validate(cfg: DictConfig) -> None:
         if name is not None and not SAFE_NAME.fullmatch(str(name)):
             problems.append(f"{group}.name={name!r} must be letters, digits and _ . + = , - (it names the job's "
                             f"folder)")
+    problems += leaderboard_problems(OmegaConf.select(cfg, "report.leaderboard.metrics", default=None))
     if problems:
         raise UserError("invalid config: " + "; ".join(problems))
+
+
+def leaderboard_problems(names: Any) -> list[str]:
+    """`report.leaderboard.metrics` entries the leaderboard cannot rank by: a metric without a best value."""
+    from unlearnbench.report.analysis import ideal
+
+    bad = [str(n) for n in names or () if ideal(str(n).split(":", 1)[0]) is None]
+    if not bad:
+        return []
+    return [f"report.leaderboard.metrics has {', '.join(bad)}, which have no best value to rank by; valid: "
+            f"metric or metric:split of a metric the report marks best (deltas, distances, acc, loss, mia, "
+            f"completeness, tow, ndcg@10, forget_quality, model_utility, privleak, ...), e.g. "
+            f"{','.join(LEADERBOARD_METRICS[:2])}"]
 
 
 def range_problems(node: Any, schema: type, prefix: str) -> list[str]:

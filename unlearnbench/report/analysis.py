@@ -104,6 +104,7 @@ class Study:
     warnings: list[str] = field(default_factory=list)
     forgetting: Any = None  # the per-example tables (`forget_quality.ForgetQuality`), filled by the report's build
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)  # `curves.curve_table`, filled by the report's build
+    leaderboard: list = field(default_factory=list)  # `leaderboard.Board` per configuration, filled by the build
 
     @property
     def groups(self) -> list[str]:
@@ -118,7 +119,8 @@ class Study:
     def wants_figures(self) -> bool:
         """Something to draw: seed spread, per-round records or training curves (a single job's curves still show
         an under-trained or diverged model)."""
-        return self.has_seed_spread or not self.rounds.empty or not self.curves.empty
+        return (self.has_seed_spread or not self.rounds.empty or not self.curves.empty
+                or any(board.significance for board in self.leaderboard))
 
 
 def prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[str]]:
@@ -186,8 +188,17 @@ def summarise(data: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     grouped = data.groupby([*keys, *ROW, "round"], sort=False, dropna=False)
     summary = grouped.agg(mean=("value", "mean"), std=("value", "std"), n=("value", "count"),
-                          seeds_train=("seed_train", "nunique"), seeds_unlearn=("seed_unlearn", "nunique"))
-    return sort_rows(summary.reset_index(), keys, data)[columns]
+                          seeds_train=("seed_train", "nunique"), seeds_unlearn=("seed_unlearn", "nunique"),
+                          spread=("value", lambda v: v.max() - v.min()))
+    summary = exact_zeros(summary.reset_index())
+    return sort_rows(summary, keys, data)[columns]
+
+
+def exact_zeros(table: pd.DataFrame) -> pd.DataFrame:
+    """A std of exactly 0 where a group's values are all equal (`spread` 0): pandas' two-pass variance can leave a
+    last-bit residue (2e-18) that reads as a seed effect."""
+    table.loc[(table["spread"] == 0) & table["std"].notna(), "std"] = 0.0
+    return table.drop(columns="spread")
 
 
 def main_table(values: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -198,9 +209,10 @@ def main_table(values: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     per_seed = values.groupby([*keys, *ROW, "seed_train"], sort=False).agg(value=("value", "mean"),
                                                                            n=("value", "count")).reset_index()
-    table = per_seed.groupby([*keys, *ROW], sort=False).agg(mean=("value", "mean"), std=("value", "std"),
-                                                            I=("value", "count"), n=("n", "sum")).reset_index()
-    return sort_rows(table, keys, values)[columns]
+    table = per_seed.groupby([*keys, *ROW], sort=False).agg(
+        mean=("value", "mean"), std=("value", "std"), I=("value", "count"), n=("n", "sum"),
+        spread=("value", lambda v: v.max() - v.min())).reset_index()
+    return sort_rows(exact_zeros(table), keys, values)[columns]
 
 
 Grid = list[tuple[tuple, list[tuple[int, np.ndarray]]]]

@@ -13,6 +13,10 @@
     rank_stability.csv             how often one training seed's best method differs from the other seeds' best
     rank_stability_by_seed.csv     both rankings' best methods and Kendall's τ for every training seed
     seed_plan.csv                  the cheapest (I, J) reaching `target_se` per method and main metric
+    leaderboard.csv                per configuration, each metric of `report.leaderboard.metrics` and their mean
+                                   rank: every method's mean rank over the blocks (target, training seed), its
+                                   bootstrap 95% interval and P(best), Friedman's p (leaderboard.py)
+    leaderboard_pairs.csv          every pair of methods: Wilcoxon signed-rank p, Holm-adjusted, and the verdict
     forget_quality.csv             per pool of models (A(i), B) and method: the NeurIPS 2023 competition's forgetting
                                    quality F with N, the ε cap and F's permutation null, the final score, LiRA
     forget_quality_by_example.csv  ε per forget example, pool and method
@@ -29,7 +33,7 @@ naming it and the reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +46,8 @@ from unlearnbench.report.collect import load_results, mixed_numerics, read_warni
 from unlearnbench.report.console import MAIN
 from unlearnbench.report.curves import curve_table
 from unlearnbench.report.forget_quality import FORGET_PERMUTATIONS, forget_quality, load_examples
+from unlearnbench.report.leaderboard import LEADERBOARD_METRICS, RESAMPLES, leaderboards, parse_metrics
+from unlearnbench.report.leaderboard import tables as leaderboard_tables
 from unlearnbench.report.seed_design import TARGET_SE, extend
 from unlearnbench.report.text_reference import first_reference_records
 
@@ -75,7 +81,8 @@ def write(path: Path, writer: Callable[[Path], object]) -> Path:
 
 def build_report(folders: list[Path], out: Path, figures: bool = True,
                  permutations: int = stats.NULL_PERMUTATIONS, target_se: float = TARGET_SE,
-                 forget_permutations: int = FORGET_PERMUTATIONS) -> Report:
+                 forget_permutations: int = FORGET_PERMUTATIONS,
+                 leaderboard_metrics: Sequence[str] = LEADERBOARD_METRICS, resamples: int = RESAMPLES) -> Report:
     """Build the report of the `result.json` files under `folders` into `out`; the jobs that did not complete (and
     the files that are not results) are listed in its failed section and returned in `Report.failed`.
 
@@ -94,13 +101,16 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
     study = extend(analyse(frame, permutations), [(m, s) for _, m, s in MAIN], target_se)
     study.forgetting = forget_quality(jobs, examples, frame, study.keys, forget_permutations)
     study.curves, curve_warnings = curve_table(jobs, study.keys)
+    study.leaderboard = leaderboards(study.values, study.keys, parse_metrics(leaderboard_metrics), resamples)
+    ranked, pairs = leaderboard_tables(study.leaderboard, study.keys)
     for name, table in (("summary", study.summary), ("table", study.table), ("seed_variance", study.variance),
                         ("seed_variance_by_seed", study.variance_by_seed), ("wasserstein", study.wasserstein),
                         ("wasserstein_by_seed", study.wasserstein_by_seed), ("rank_stability", study.ranks),
                         ("rank_stability_by_seed", study.ranks_by_seed), ("seed_plan", study.plans),
                         ("forget_quality", study.forgetting.quality),
                         ("forget_quality_by_example", study.forgetting.by_example),
-                        ("forget_quality_across_seeds", study.forgetting.across), ("curves", study.curves)):
+                        ("forget_quality_across_seeds", study.forgetting.across), ("curves", study.curves),
+                        ("leaderboard", ranked), ("leaderboard_pairs", pairs)):
         write(out / f"{name}.csv", lambda path, table=table: table.to_csv(path, index=False))
     warnings = [*study.warnings, *read_warnings(jobs), *study.forgetting.left_out, *curve_warnings]
     mixed = mixed_numerics(jobs)

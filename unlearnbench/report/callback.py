@@ -41,7 +41,9 @@ def report(folder: Path, config: DictConfig) -> None:
     try:
         with interrupt.immediately():  # it reads the files on disk and writes each of its own whole
             built = build_report([folder], folder / "report", figures=config.report.figures,
-                                 target_se=config.report.target_se, forget_permutations=config.report.permutations)
+                                 target_se=config.report.target_se, forget_permutations=config.report.permutations,
+                                 leaderboard_metrics=list(config.report.leaderboard.metrics),
+                                 resamples=config.report.leaderboard.resamples)
     except WriteError as error:  # a full disk or a read-only folder: one line, the results stay on disk
         announce([{"folder": str(folder / "report"), "error": f"the report was not written: {error}"}], 1)
         return

@@ -303,6 +303,31 @@ def ranks(study: Study, folder: Path) -> list[Path]:
     return paths
 
 
+def leaderboard(study: Study, folder: Path) -> list[Path]:
+    """Per configuration with a test: the critical-difference diagram of the methods' mean ranks (scikit-posthocs),
+    methods joined by a bar where Wilcoxon–Holm finds no difference at α = 0.05."""
+    import scikit_posthocs
+
+    from unlearnbench.report.leaderboard import ALPHA, figure_stem, main_metric, metric_label
+
+    paths = []
+    for board in study.leaderboard:
+        metric = main_metric(board)
+        significance = board.significance.get((metric, ""))
+        if significance is None:
+            continue
+        ranks = board.ranks[(metric, "")].mean()
+        figure = Figure(figsize=(8.0, 1.2 + 0.22 * len(ranks)), layout="constrained")
+        FigureCanvasAgg(figure)
+        axis = figure.add_subplot(1, 1, 1)
+        scikit_posthocs.critical_difference_diagram(ranks, significance, alpha=ALPHA, ax=axis)
+        blocks = len(board.ranks[(metric, "")])
+        axis.set_title(f"{' · '.join(map(str, board.config.values()))}: {metric_label(metric, '')} over {blocks} "
+                       f"blocks (bar: no difference, Wilcoxon–Holm α = {ALPHA:g})", fontsize=9)
+        paths.append(_save(figure, folder / f"{figure_stem(board.config)}.png"))
+    return paths
+
+
 def forget_quality(study: Study, folder: Path) -> list[Path]:
     """`forget_quality_<config>.png`: per target, F per method under each single-original-model pool A(i) (points)
     and under the multi-training-seed pool B (a line), with the null's median (grey tick); beside it the
@@ -469,8 +494,8 @@ def draw(study: Study, folder: Path) -> tuple[list[Path], list[str]]:
     removed at the end: until then (and when a figure cannot be written) the earlier ones stay whole."""
     make_folder(folder)
     paths, problems = [], []
-    kinds = (seed_study, designs, wasserstein, variance, ranks, forget_quality, trajectories, curves) \
-        if study.has_seed_spread else (trajectories, curves)
+    kinds = (leaderboard, seed_study, designs, wasserstein, variance, ranks, forget_quality, trajectories, curves) \
+        if study.has_seed_spread else (leaderboard, trajectories, curves)
     for kind in kinds:
         try:
             paths += kind(study, folder)

@@ -182,14 +182,29 @@ def rank_section(ranks: pd.DataFrame) -> list[str]:
                      "τ: mean [min, max]"], rows)
 
 
-def plan_section(plans: pd.DataFrame, columns: list[tuple[str, str, str]]) -> list[str]:
+def grid_size(values: pd.DataFrame) -> str:
+    """`I = …, J = …`: the training seeds of a section's methods and the most unlearning seeds one of them has."""
+    mine = values[values["role"] == "unlearned"]
+    if mine.empty:
+        return "no method"
+    per_seed = mine.groupby("seed_train")["seed_unlearn"].nunique()
+    return f"I = {len(per_seed)}, J = {int(per_seed.max())}"
+
+
+def plan_section(plans: pd.DataFrame, columns: list[tuple[str, str, str]], grid: str) -> list[str]:
+    """The seed plan of the rows where σ_T² and σ_U² are both estimated; one line where none is."""
     chosen = [(h, m, s) for h, m, s in columns if m != "time_s"]
+    planned = main_rows(plans.assign(role="unlearned"), chosen)
+    if planned.empty:
+        return []
+    identified = planned[planned["sigma_t2"].notna() & planned["sigma_u2"].notna()]
+    if identified.empty:
+        return [f"How many seeds to run: not identifiable from this grid: {grid} (σ_T² needs two training seeds, "
+                f"σ_U² two unlearning seeds of one; `seed_plan.csv`)."]
     rows = [[r.method, label(r.metric, r.split), fmt(r.sigma_t2), fmt(r.sigma_u2), fmt(r.cost_train_s),
              fmt(r.cost_unlearn_s), fmt(r.j_star),
              "–" if pd.isna(r.plan_I) else f"{int(r.plan_I)} × {int(r.plan_J)}", fmt(r.plan_se), fmt(r.plan_cost_s),
-             r.note] for r in main_rows(plans.assign(role="unlearned"), chosen).itertuples()]
-    if not rows:
-        return []
+             r.note] for r in identified.itertuples()]
     return md_table(["method", "metric", "σ̂_T²", "σ̂_U²", "c_T s", "c_U s", "J*", "I × J", "SE", "cost s", "note"],
                     rows)
 
@@ -248,6 +263,55 @@ def forget_quality_section(forgetting, select: dict) -> list[str]:
     return lines
 
 
+LEADERBOARD_INTRO = ("Per block (a target and a training seed, the method's values averaged over its unlearning "
+                     "seeds), the methods other than `retrain` are ranked by closeness to each metric's ideal (the "
+                     "bold rule below) and by their mean rank over the metrics shown. Mean rank [95% interval] and "
+                     "P(best): bootstrap over training seeds. Friedman's test, then Wilcoxon signed-rank for each "
+                     "pair, Holm-corrected. Every metric in `leaderboard.csv`, every pair in `leaderboard_pairs.csv`.")
+MAX_PAIRS = 12
+
+
+def leaderboard_section(boards: list, figures: dict[str, str]) -> list[str]:
+    """The leaderboard of each configuration: the methods by mean rank, their intervals and per-metric ranks, the
+    tests' verdict (or how many training seeds a test would need), and the critical-difference diagram."""
+    from unlearnbench.report.leaderboard import AGGREGATE, figure_stem, main_metric, metric_label
+
+    if not boards:
+        return []
+    lines = ["## Leaderboard", "", LEADERBOARD_INTRO, ""]
+    for board in boards:
+        rows = pd.DataFrame(board.rows)
+        main = main_metric(board)
+        headline = rows[rows["metric"] == main].sort_values(["mean_rank", "method"], kind="stable")
+        parts = [(m, s) for m, s in dict.fromkeys(zip(rows["metric"], rows["split"], strict=True)) if m != AGGREGATE]
+        rank_of = {(r.metric, r.split, r.method): r.mean_rank for r in rows.itertuples()}
+        table = [[r.method, interval(r.mean_rank, r.rank_low, r.rank_high),
+                  "–" if math.isnan(r.p_best) else f"{r.p_best:.2f}",
+                  *(fmt(rank_of.get((m, s, r.method))) for m, s in parts)] for r in headline.itertuples()]
+        first = headline.iloc[0]
+        name = " · ".join(str(v) for v in board.config.values())
+        lines += [f"### {name}", "", *md_table(["method", f"{metric_label(main, '')} [95%]", "P(best)",
+                                                *(metric_label(m, s) for m, s in parts)], table)]
+        lines += [verdict(board, main, first), ""]
+        if figure_stem(board.config) in figures:
+            lines += [f"![critical-difference diagram]({figures[figure_stem(board.config)]})", ""]
+    return lines
+
+
+def verdict(board, metric: str, row) -> str:
+    """One line: Friedman's p and the pairs that differ, or how many training seeds the tests would need."""
+    blocks = f"{int(row.blocks)} block{'s' if row.blocks != 1 else ''} ({int(row.targets)} target" \
+             f"{'s' if row.targets != 1 else ''} × {int(row.I)} training seed{'s' if row.I != 1 else ''})"
+    friedman = "" if math.isnan(row.friedman_p) else f"Friedman p = {fmt(row.friedman_p)}; "
+    if row.note:
+        return f"Over {blocks}: {friedman}no pairwise test: {row.note.split('; ', 1)[-1]}."
+    pairs = [p for p in board.pairs if p["metric"] == metric and p["different"]]
+    shown = [f"{p['method_a']} {'<' if p['median_difference'] < 0 else '>'} {p['method_b']}" for p in pairs]
+    listed = ", ".join(shown[:MAX_PAIRS]) + (f", … {len(shown) - MAX_PAIRS} more" if len(shown) > MAX_PAIRS else "")
+    return (f"Over {blocks}: {friedman}pairs that differ (Wilcoxon–Holm, α = 0.05; < reads closer to the ideal): "
+            f"{listed or 'none'}.")
+
+
 def machines(jobs: list[dict]) -> list[str]:
     """Which machines and set-ups the complete jobs ran on (numbers are bit-identical only within one)."""
     identities = {job["numerics"]: job.get("numerics_identity") for job in jobs
@@ -260,12 +324,15 @@ def machines(jobs: list[dict]) -> list[str]:
 
 def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Path], figures: list[Path],
            warnings: list[str], out: Path) -> str:
+    """report.md: what a reader wants first (the leaderboard, the warnings, the headline table per target), then
+    the seed study's sections where the sweep can say something; per-metric detail stays in the CSVs it names."""
     complete = sum(1 for job in jobs if job.get("status") == "complete")
     lines = ["# unlearnbench report", "",
              f"Sweep folders: {', '.join(f'`{f}`' for f in folders)}. Jobs: {len(jobs)} ({complete} complete, "
              f"{len(failed)} failed).", "", *machines(jobs)]
     if study.values.empty:
         lines += ["No complete job with records was found.", ""]
+    lines += leaderboard_section(study.leaderboard, {p.stem: p.relative_to(out).as_posix() for p in figures})
     if warnings:
         lines += ["## Warnings", "", *(f"- {w}" for w in warnings), ""]
     keys = [*study.keys, "target"]
@@ -283,15 +350,16 @@ def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Pat
         for intro, section in ((VARIANCE_INTRO, variance_section(matching(variance, select), columns)),
                                (W2_INTRO, wasserstein_section(matching(wasserstein, select), columns)),
                                (RANK_INTRO, rank_section(matching(study.ranks, select))),
-                               (plan_intro, plan_section(matching(study.plans, select), columns))):
-            lines += [*intro, *section] if section else []
+                               (plan_intro, plan_section(matching(study.plans, select), columns,
+                                                         grid_size(matching(study.values, select))))):
+            lines += [section[0], ""] if len(section) == 1 else [*intro, *section] if section else []
         lines += forget_quality_section(study.forgetting, select)
-        lines += ["<details><summary>All metrics (mean ± std across training seeds)</summary>", ""]
-        lines += all_metrics_section(part)
-        lines += ["</details>", ""]
-    if figures:
+        lines += ["Every metric and split of every model: `table.csv` (mean ± std across training seeds), "
+                  "`summary.csv` (over every seed), `results.csv` (every record).", ""]
+    shown = [path for path in figures if not path.stem.startswith("leaderboard_")]  # shown in the leaderboard
+    if shown:
         lines += ["## Figures", ""]
-        for path in figures:
+        for path in shown:
             relative = path.relative_to(out).as_posix()
             lines += [f"![{path.stem}]({relative})", ""]
     lines += [f"## Failed jobs ({len(failed)})", ""]
