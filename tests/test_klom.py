@@ -248,6 +248,7 @@ def test_a_split_that_cannot_be_compared_costs_klom_alone():
     quality = by_pool(found.quality)
     assert pd.notna(quality.loc[("shift", "A", 1), "forget_quality"])  # F stands
     assert quality.loc[[("shift", "A", 1), ("shift", "B", -1)], KLOM_COLUMNS].isna().all().all()
+    assert str(found.quality["klom_retain_examples"].dtype) == "Int64"  # counts, empty where KLOM failed
     assert quality.loc[("shift", "A", 0), "klom_forget"] > 0 and len(found.quality) == 6
 
 

@@ -408,5 +408,7 @@ def forget_quality(jobs: list[dict], examples: dict[str, pd.DataFrame], frame: p
     by_example = pd.DataFrame(per_example, columns=[*keys, *EXAMPLE_COLUMNS])
     for table in (quality, by_example):
         table["seed_train"] = table["seed_train"].astype("Int64")  # empty for B, not 0.0
+    for column in [c for c in KLOM_COLUMNS if c.endswith("_examples")]:
+        quality[column] = quality[column].astype("Int64")  # empty where KLOM failed, not 30.0
     across, best = across_seeds(quality, keys)
     return ForgetQuality(quality, by_example, across, best, left_out)
