@@ -43,8 +43,7 @@ def digitize_klom(unlearned: np.ndarray, retrained: np.ndarray) -> float:
     the largest edge is dropped (and an empty pool scores 0)."""
     p_margins, q_margins = np.clip(unlearned, -CLIP, CLIP), np.clip(retrained, -CLIP, CLIP)
     edges = np.linspace(min(p_margins.min(), q_margins.min()), max(p_margins.max(), q_margins.max()), BINS + 1)
-    p = np.array([np.sum(np.digitize(p_margins, edges) == i) for i in range(1, BINS + 1)], dtype=float)
-    q = np.array([np.sum(np.digitize(q_margins, edges) == i) for i in range(1, BINS + 1)], dtype=float)
+    p, q = (np.bincount(np.digitize(m, edges), minlength=BINS + 2)[1:BINS + 1] for m in (p_margins, q_margins))
     p, q = (p / p.sum() if p.sum() else p), (q / q.sum() if q.sum() else q)
     return float(sum(pi * math.log(pi / max(qi, FLOOR)) for pi, qi in zip(p, q, strict=True) if pi > 0))
 
