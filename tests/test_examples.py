@@ -180,8 +180,8 @@ def fabricated_sweep(rng: np.random.Generator, forget: int = 20) -> tuple[list[d
         retrained = rng.normal(0, 1, forget)
         models = {("retrained", None): retrained, ("unlearned", "retrain"): retrained,
                   ("unlearned", "det"): np.random.default_rng(train).normal(3, 1, forget)}
-        examples[folder] = pd.DataFrame([{"target": "0.1", "role": role, "method": method, "index": int(i),
-                                          "label": int(i) % 10, "conf": float(c)}
+        examples[folder] = pd.DataFrame([{"target": "0.1", "role": role, "method": method, "split": "forget_train",
+                                          "index": int(i), "label": int(i) % 10, "conf": float(c)}
                                          for (role, method), conf in models.items()
                                          for i, c in zip(index, conf, strict=True)])
         for (role, method) in models:

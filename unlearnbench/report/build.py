@@ -18,7 +18,8 @@
                                    bootstrap 95% interval and P(best), Friedman's p (leaderboard.py)
     leaderboard_pairs.csv          every pair of methods: Wilcoxon signed-rank p, Holm-adjusted, and the verdict
     forget_quality.csv             per pool of models (A(i), B) and method: the NeurIPS 2023 competition's forgetting
-                                   quality F with N, the ε cap and F's permutation null, the final score, LiRA
+                                   quality F with N, the ε cap and F's permutation null, the final score, LiRA, and
+                                   KLOM per split (D_f, D_r, D'_r) with its permutation null
     forget_quality_by_example.csv  ε per forget example, pool and method
     forget_quality_across_seeds.csv  F of the A(i) (mean, std, range) against B's, per method
     curves.csv                     training loss, accuracy and learning rate per epoch of every distinct M_o, M_r

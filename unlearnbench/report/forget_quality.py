@@ -1,5 +1,5 @@
-"""Forgetting quality per example, from the jobs' `examples.parquet`: the NeurIPS 2023 unlearning competition's score
-and LiRA, per pool of models, for one original model and across training seeds (docs/forget-quality.md).
+"""Forgetting quality per example, from the jobs' `examples.parquet`: the NeurIPS 2023 unlearning competition's score,
+LiRA and KLOM, per pool of models, for one original model and across training seeds (docs/forget-quality.md).
 
 A *pool* is a set of jobs of one configuration and target that share one forget set D_f: its N unlearned models of
 a method and the same jobs' N retrained models. The designs:
@@ -12,11 +12,17 @@ examples of different forget sets.
 Per pool and method (`forgetting` holds the formulas): ε per forget example, its points, F, the final score
 F · (acc_u(D_r)/acc_r(D_r)) · (acc_u(D'_r)/acc_r(D'_r)) with accuracies averaged over the pool (from result.json, on
 the whole of D_r and D'_r), N and the resolution cap ⌈ln(N − 1)⌉, F's permutation null, and LiRA's AUC and TPR at
-low FPR; the entropy MIA of result.json beside them.
+low FPR; the entropy MIA of result.json beside them. KLOM (Georgiev et al. 2024) per split, D_f, D_r and D'_r (the
+text task's forget, retain, holdout): the 95th percentile over the split's examples of the per-example KL divergence
+between the pool's unlearned and retrained margin histograms, with a permutation null drawn as F's is. It compares
+the examples that every model of the pool holds: an example is identified by its split and `index`, D_r and D'_r
+are the jobs' samples of `evaluation.examples_per_split` (the same in every job with the same D_f and data), and a
+NaN margin leaves its example out.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -36,9 +42,14 @@ EXAMPLE_KINDS = {"target": "string", "role": "string", "method": "string", "spli
                  "label": "integer", "conf": "float", "loss": "float", "pred": "integer"}
 SPLITS = ("forget_train", "retain_train", "retain_test", "forget", "retain", "holdout")  # image and text tasks
 FORGET_SPLITS = ("forget_train", "forget")  # D_f: the image and ranking tasks', the text task's
+KLOM_SPLITS = {"forget": FORGET_SPLITS, "retain": ("retain_train", "retain"), "test": ("retain_test", "holdout")}
+SPLIT_KIND = {split: kind for kind, splits in KLOM_SPLITS.items() for split in splits}  # D_f, D_r, D'_r
+KLOM_COLUMNS = [f"klom_{kind}{suffix}" for kind in KLOM_SPLITS
+                for suffix in ("", "_null_median", "_null_95pct", "_examples")]
 QUALITY_COLUMNS = ["target", "method", "design", "seed_train", "n_models", "epsilon_cap", "forget_quality",
                    "forget_quality_null_median", "forget_quality_null_5pct", "distinguishable", "score", "lira_auc",
-                   "lira_tpr_at_1pct", "lira_tpr_at_0.1pct", "mia_unlearned", "mia_retrained", "examples", "note"]
+                   "lira_tpr_at_1pct", "lira_tpr_at_0.1pct", *KLOM_COLUMNS, "mia_unlearned", "mia_retrained",
+                   "examples", "note"]
 EXAMPLE_COLUMNS = ["target", "method", "design", "seed_train", "index", "label", "epsilon"]
 ACROSS_COLUMNS = ["target", "method", "designs_A", "n_models_A", "forget_quality_A_mean", "forget_quality_A_std",
                   "forget_quality_A_min", "forget_quality_A_max", "forget_quality_B", "n_models_B"]
@@ -48,8 +59,10 @@ POINT_POOL = ("one M_u per original model: its unlearned pool is a point, which 
 
 
 def read_examples(path: Path) -> pd.DataFrame:
-    """The forget-set rows of a job's examples file (target, role, method, index, label, conf); an `OSError` or a
-    `SchemaError` with a one-line reason where the file is not a valid examples table."""
+    """The unlearned and retrained rows of a job's examples file, every split (target, role, method, split, index,
+    label, conf): D_f for ε, F and LiRA, all three splits for KLOM. An `OSError` or a `SchemaError` with a one-line
+    reason where the file is not a valid examples table; a non-finite conf fails it on D_f only (elsewhere KLOM
+    leaves a NaN's example out and clips ±∞, as its reference does)."""
     try:
         frame = pd.read_parquet(path)
     except OSError:
@@ -79,12 +92,12 @@ def read_examples(path: Path) -> pd.DataFrame:
     forget = frame[frame["split"].isin(FORGET_SPLITS)]
     if not np.isfinite(forget["conf"].to_numpy(dtype=float)).all():
         raise SchemaError("a non-finite conf on the forget set")
-    rows = forget[forget["role"] != "original"][["target", "role", "method", "index", "label", "conf"]]
+    rows = frame[frame["role"] != "original"][["target", "role", "method", "split", "index", "label", "conf"]]
     return rows.astype({"target": str, "role": str}).reset_index(drop=True)
 
 
 def load_examples(jobs: list[dict], frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """{folder: forget-set rows} of every complete job with an `examples.parquet`. A damaged file makes its job
+    """{folder: `read_examples`' rows} of every complete job with an `examples.parquet`. A damaged file makes its job
     failed (status `invalid`, the reason as its error, in `jobs` and in `frame`): its models are not scored, and its
     records leave the statistics as those of a damaged result.json do. A job without the file (written with
     `evaluation.examples=false`, or before it existed) simply has no per-example scores."""
@@ -123,6 +136,7 @@ class Job:
     ident: tuple  # the configuration's values
     seeds: tuple[int, int, int]  # train, unlearn, eval
     rows: pd.DataFrame  # forget-set rows of one target
+    margins: dict[tuple[str, str | None, str], pd.Series] = field(default_factory=dict)  # `margins_of`
 
 
 def forget_signature(rows: pd.DataFrame) -> str:
@@ -132,8 +146,20 @@ def forget_signature(rows: pd.DataFrame) -> str:
     return hashlib.sha1(indices.astype(np.int64).tobytes()).hexdigest()
 
 
+def margins_of(rows: pd.DataFrame) -> dict[tuple[str, str | None, str], pd.Series]:
+    """{(role, method or None, split kind): conf by example index} of one job and target, for KLOM: built once per
+    job so that each pool and method picks its margins without filtering the rows again. NaN confs are dropped (no
+    measurement: their examples are left out of the pools that lack them)."""
+    margins = {}
+    kinds = rows["split"].map(SPLIT_KIND)
+    for (role, method, kind), part in rows.groupby([rows["role"], rows["method"], kinds], dropna=False, sort=False):
+        conf = pd.Series(part["conf"].to_numpy(dtype=float), index=part["index"].to_numpy(dtype=np.int64))
+        margins[(role, method if isinstance(method, str) else None, kind)] = conf[conf.notna()]
+    return margins
+
+
 def targets_of(jobs: list[dict], examples: dict[str, pd.DataFrame], keys: list[str]) -> dict[tuple, list[Job]]:
-    """{(configuration, target): its jobs}, in folder order."""
+    """{(configuration, target): its jobs}, in folder order; a target without D_f rows is not scored."""
     groups: dict[tuple, list[Job]] = {}
     for job in jobs:
         rows = examples.get(job["folder"])
@@ -143,7 +169,10 @@ def targets_of(jobs: list[dict], examples: dict[str, pd.DataFrame], keys: list[s
         seeds = tuple(int(job[k]) if job.get(k) is not None else int(job["seed_train"])
                       for k in ("seed_train", "seed_unlearn", "seed_eval"))
         for target, part in rows.groupby("target", sort=False):
-            groups.setdefault((*ident, target), []).append(Job(job["folder"], ident, seeds, part))
+            forget = part[part["split"].isin(FORGET_SPLITS)]
+            if len(forget):
+                groups.setdefault((*ident, target), []).append(Job(job["folder"], ident, seeds, forget,
+                                                                   margins_of(part)))
     return groups
 
 
@@ -231,6 +260,37 @@ def score_pool(unlearned: np.ndarray, retrained: np.ndarray, permutations: int) 
             "lira_tpr_at_0.1pct": attack["tpr_at_0_1pct"]}
 
 
+def klom_matrices(pool: list[Job], folders: list[str], method: str, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(unlearned N × E, retrained N × E) margins of the split `kind` on the examples that every model of both pools
+    holds (ascending index), over the jobs in `folders`, in their order; a ValueError where one model lists an
+    example twice."""
+    by_folder = {job.folder: job for job in pool}
+    series = [by_folder[folder].margins.get((role, method if role == "unlearned" else None, kind), pd.Series())
+              for role in ("unlearned", "retrained") for folder in folders]
+    if any(s.index.has_duplicates for s in series):
+        raise ValueError(f"a model lists an example of its {kind} split twice")
+    common = functools.reduce(np.intersect1d, [s.index.to_numpy(dtype=np.int64) for s in series])
+    margins = np.stack([s.reindex(common).to_numpy(dtype=float) for s in series])
+    return margins[:len(folders)], margins[len(folders):]
+
+
+def klom_scores(pool: list[Job], folders: list[str], method: str, permutations: int) -> dict:
+    """KLOM of one pool and method per split (D_f, D_r, D'_r): the 95th percentile over the examples, its null's
+    median and 95th percentile, and the number of examples compared; NaN for a split without common examples."""
+    scores = {}
+    for kind in KLOM_SPLITS:
+        unlearned, retrained = klom_matrices(pool, folders, method, kind)
+        stat = median = high = math.nan
+        if unlearned.shape[1]:
+            stat = forgetting.klom_summary(forgetting.klom(unlearned, retrained))
+            null = forgetting.null_kloms(unlearned, retrained, permutations)
+            if len(null):
+                median, high = float(np.median(null)), float(np.percentile(null, forgetting.KLOM_QUANTILE))
+        scores |= {f"klom_{kind}": stat, f"klom_{kind}_null_median": median, f"klom_{kind}_null_95pct": high,
+                   f"klom_{kind}_examples": unlearned.shape[1]}
+    return scores
+
+
 def note_of(unlearned: np.ndarray, n: int) -> str:
     notes = []
     if n >= 2 and (unlearned == unlearned[0]).all():
@@ -246,6 +306,7 @@ def pool_rows(group: tuple, keys: list[str], design: str, seed: int | None, pool
     line for each method whose confidences could not be scored (one pool's problem never costs the others)."""
     rows, per_example, problems = [], [], []
     ident = {**dict(zip(keys, group[:-1], strict=True)), "target": group[-1]}
+    where = f"{' · '.join(group[:-1])} — target {group[-1]}, pool {'B' if design == 'B' else f'A({seed})'}"
     for method in methods:
         unlearned, retrained, indices, labels, folders = pool_matrices(pool, method)
         if len(folders) < 2:
@@ -253,10 +314,13 @@ def pool_rows(group: tuple, keys: list[str], design: str, seed: int | None, pool
         try:
             scored = score_pool(unlearned, retrained, permutations)
         except ValueError as error:
-            name = "B" if design == "B" else f"A({seed})"
-            problems.append(f"{' · '.join(group[:-1])} — target {group[-1]}, pool {name}, method {method}: not "
-                            f"scored per example: {error}")
+            problems.append(f"{where}, method {method}: not scored per example: {error}")
             continue
+        try:
+            kloms = klom_scores(pool, folders, method, permutations)
+        except ValueError as error:  # F stands without it
+            problems.append(f"{where}, method {method}: no KLOM: {error}")
+            kloms = {}
         target = group[-1]
         accuracy = {(role, split): pool_mean(values, folders, target, role, method if role == "unlearned" else None,
                                              "acc", split)
@@ -265,7 +329,8 @@ def pool_rows(group: tuple, keys: list[str], design: str, seed: int | None, pool
                                  accuracy["retrained", "retain_train"], accuracy["unlearned", "retain_test"],
                                  accuracy["retrained", "retain_test"])
         epsilons = scored.pop("epsilons")
-        rows.append({**ident, "method": method, "design": design, "seed_train": seed, **scored, "score": final,
+        rows.append({**ident, "method": method, "design": design, "seed_train": seed, **scored, **kloms,
+                     "score": final,
                      "mia_unlearned": pool_mean(values, folders, target, "unlearned", method, "mia", "forget_train"),
                      "mia_retrained": pool_mean(values, folders, target, "retrained", None, "mia", "forget_train"),
                      "examples": len(indices), "note": note_of(unlearned, len(folders))})
@@ -343,5 +408,7 @@ def forget_quality(jobs: list[dict], examples: dict[str, pd.DataFrame], frame: p
     by_example = pd.DataFrame(per_example, columns=[*keys, *EXAMPLE_COLUMNS])
     for table in (quality, by_example):
         table["seed_train"] = table["seed_train"].astype("Int64")  # empty for B, not 0.0
+    for column in [c for c in KLOM_COLUMNS if c.endswith("_examples")]:
+        quality[column] = quality[column].astype("Int64")  # empty where KLOM failed, not 30.0
     across, best = across_seeds(quality, keys)
     return ForgetQuality(quality, by_example, across, best, left_out)

@@ -1,7 +1,8 @@
 """Per-example forgetting statistics from pools of models (numpy and scipy only; no torch, no pandas).
 
-The inputs are logit-scaled confidences, one row per model and one column per forget example: `unlearned` [N, E]
-from N unlearned models and `retrained` [N, E] from N models retrained without the forget set.
+The inputs are logit-scaled confidences, one row per model and one column per forget example (KLOM takes D_r's and
+D'_r's examples too): `unlearned` [N, E] from N unlearned models and `retrained` [N, E] from N models retrained
+without the forget set.
 
 - `epsilons`: the NeurIPS 2023 machine-unlearning competition's per-example ε, as `_get_epsilons` and
   `compute_forget_score_from_confs` in google-deepmind/unlearning_evaluation's `metric.py` compute it. Per example the
@@ -24,7 +25,15 @@ from N unlearned models and `retrained` [N, E] from N models retrained without t
 - `null_qualities`: F under the permutation null (pool the 2N models, split them at random into two pools of N),
   seeded and reproducible;
 - `lira`: offline LiRA (Carlini et al., "Membership Inference Attacks From First Principles", S&P 2022) against the
-  unlearned models, with the retrained pool as the attacker's out-models: AUC and TPR at 1% and 0.1% FPR.
+  unlearned models, with the retrained pool as the attacker's out-models: AUC and TPR at 1% and 0.1% FPR;
+- `klom`, `klom_summary`, `null_kloms`: KLOM (Georgiev et al. 2024, "Attribute-to-delete: machine unlearning via
+  datamodel matching"; reference code: easydub/EasyDUB-code, `easydub/eval.py`), per example the KL divergence from
+  the histogram of the unlearned pool's margins to the retrained pool's, on 20 bins spanning both pools' margins
+  clipped to [−100, 100], the retrained pool's bins floored at 1e-5; summarised by the 95th percentile over examples,
+  with a permutation null drawn as F's is. One deviation: the reference bins with `np.digitize` on the edges, which
+  drops every margin equal to the largest of the pooled ones (it falls past the last edge); here the last bin is
+  closed, as `np.histogram`'s is, so that every model counts (the reference scores an unlearned pool of one margin
+  above every retrained one 0, the best score, instead of ln(1/1e-5)).
 
 Deviations from the reference, each where it cannot run or where its arithmetic is coarser:
 - its rates are float32 means (`.type(torch.float32)`); here they are exact, counts / N in float64 (ε differs by
@@ -334,6 +343,14 @@ def epsilons(unlearned: np.ndarray, retrained: np.ndarray) -> np.ndarray:
     return result
 
 
+def null_orders(n: int, e: int, permutations: int, seed: int = NULL_SEED) -> np.ndarray:
+    """[permutations, 2N] random orders of the 2N pooled models (the first N of each row are the null's unlearned
+    pool), fixed by (`seed`, N, E, `permutations`): every permutation null of this module draws its splits here, so
+    that the same input gives the same numbers."""
+    rng = np.random.default_rng([seed, n, e, permutations])
+    return rng.random((permutations, 2 * n)).argsort(axis=1)
+
+
 def null_qualities(unlearned: np.ndarray, retrained: np.ndarray, permutations: int = NULL_PERMUTATIONS,
                    seed: int = NULL_SEED) -> np.ndarray:
     """F under the permutation null: pool the 2N models (rows) of both pools, split them at random into two pools of
@@ -342,8 +359,7 @@ def null_qualities(unlearned: np.ndarray, retrained: np.ndarray, permutations: i
     as exchangeable with retrained ones as retrained ones are among themselves."""
     u, r = _pools(unlearned, retrained)
     n, e = u.shape
-    rng = np.random.default_rng([seed, n, e, permutations])
-    order = rng.random((permutations, 2 * n)).argsort(axis=1)
+    order = null_orders(n, e, permutations, seed)
     pooled = np.concatenate([u, r])
     first = pooled[order[:, :n]].transpose(1, 0, 2).reshape(n, permutations * e)
     second = pooled[order[:, n:]].transpose(1, 0, 2).reshape(n, permutations * e)
@@ -430,3 +446,95 @@ def lira(unlearned: np.ndarray, retrained: np.ndarray) -> dict[str, float]:
         var = var.mean()
         out_var = out_var.mean(axis=1, keepdims=True)
     return _roc_summary(_z(u, mean, var).ravel(), _z(r, out_mean, out_var).ravel())
+
+
+# ---------------------------------------------------------------------------------------------------------- KLOM
+
+KLOM_BINS = 20  # bins of each example's histograms (EasyDUB-code eval.py, `bin_count`)
+KLOM_FLOOR = 1e-5  # the retrained pool's bin probabilities are floored here where the unlearned pool has mass (`eps`)
+KLOM_CLIP = 100.0  # margins are clipped to [−KLOM_CLIP, KLOM_CLIP] before binning (`min_val`, `max_val`)
+KLOM_QUANTILE = 95.0  # the summary over a split's examples: its 95th percentile ("P95 KLOM")
+KLOM_NULL_CELLS = 1 << 22  # (permutation, example, bin) counts at a time: bounds the null's memory
+
+
+def _margin_pools(unlearned: np.ndarray, retrained: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pools as float64 [N, E] of one shape (ValueError otherwise); ±∞ is allowed (clipped), NaN is not."""
+    u, r = np.asarray(unlearned, dtype=np.float64), np.asarray(retrained, dtype=np.float64)
+    if u.ndim != 2 or u.shape != r.shape or not u.size:
+        raise ValueError(f"expected two non-empty [models, examples] arrays of one shape, got {u.shape}, {r.shape}")
+    if np.isnan(u).any() or np.isnan(r).any():
+        raise ValueError("margins must not be NaN")
+    return u, r
+
+
+def _one_hot(pooled: np.ndarray) -> np.ndarray:
+    """[M, E, KLOM_BINS]: the bin of every model's margin on every example. The bins of an example span its M
+    clipped margins (one unit from the smallest where they are all equal), their edges np.linspace's values
+    (k·step + start), each bin [e_k, e_k+1) and the last one closed; they depend on the pooled margins alone, so a
+    permutation of the models moves no margin to another bin."""
+    x = np.clip(pooled, -KLOM_CLIP, KLOM_CLIP)
+    low, high = x.min(axis=0), x.max(axis=0)
+    high = np.where(low < high, high, low + 1.0)
+    step = (high - low) / KLOM_BINS
+    inner = np.arange(1, KLOM_BINS, dtype=np.float64)[:, None] * step + low  # [KLOM_BINS − 1, E]
+    bins = (x[:, None, :] >= inner).sum(axis=1)  # [M, E]: the inner edges at or below each margin
+    return bins[..., None] == np.arange(KLOM_BINS)
+
+
+@functools.lru_cache(maxsize=16)
+def _kl_terms(n: int) -> np.ndarray:
+    """[N + 1, N + 1]: one bin's term p ln(p / max(q, KLOM_FLOOR)) of KL(p ‖ q) for p = a/N, q = b/N, 0 where a = 0
+    (the sum runs over the bins where p has mass). Counts of N models take N + 1 values, so every bin of every
+    example and split of the null reads its term here instead of taking a logarithm."""
+    a, b = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
+    p, q = a / n, np.maximum(b / n, KLOM_FLOOR)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(a > 0, p * np.log(p / q), 0.0)
+    terms.setflags(write=False)
+    return terms
+
+
+def _kl_of_counts(p_counts: np.ndarray, q_counts: np.ndarray, n: int) -> np.ndarray:
+    """KL(p ‖ q) per example over the last axis, from integer bin counts of N models each (`_kl_terms`)."""
+    return _kl_terms(n)[p_counts, q_counts].sum(axis=-1)
+
+
+def klom(unlearned: np.ndarray, retrained: np.ndarray) -> np.ndarray:
+    """KLOM of every example, float64 [E], in [0, ln(1/KLOM_FLOOR)]: the KL divergence from the unlearned pool's
+    histogram of margins to the retrained pool's (module docstring). 0 where the pools' margins fall into the same
+    bins in the same numbers; ln(1/KLOM_FLOOR) ≈ 11.51 where no retrained margin shares a bin with an unlearned one.
+    `unlearned`, `retrained`: [N, E] margins (`conf`) of one shape (ValueError otherwise)."""
+    u, r = _margin_pools(unlearned, retrained)
+    n = len(u)
+    onehot = _one_hot(np.concatenate([u, r]))
+    return _kl_of_counts(onehot[:n].sum(axis=0), onehot[n:].sum(axis=0), n)
+
+
+def klom_summary(values: np.ndarray) -> float:
+    """The reference's summary of a split's per-example KLOM: its 95th percentile (linear interpolation); NaN for
+    no examples."""
+    values = np.asarray(values, dtype=np.float64)
+    return float(np.percentile(values, KLOM_QUANTILE)) if values.size else math.nan
+
+
+def null_kloms(unlearned: np.ndarray, retrained: np.ndarray, permutations: int = NULL_PERMUTATIONS,
+               seed: int = NULL_SEED) -> np.ndarray:
+    """`klom_summary` under the permutation null, [permutations]: the 2N models pooled and split into two pools of N
+    by `null_orders` (the first half as the unlearned pool), as `null_qualities` splits them for F. A KLOM above
+    the null's 95th percentile tells the unlearned models from retrained ones at this N; the null's median is what
+    two exchangeable pools of N score, the floor that few models and 20 bins leave."""
+    u, r = _margin_pools(unlearned, retrained)
+    n, e = u.shape
+    onehot = _one_hot(np.concatenate([u, r])).reshape(2 * n, e * KLOM_BINS).astype(np.float64)
+    total = onehot.sum(axis=0).astype(np.intp)
+    order = null_orders(n, e, permutations, seed)
+    chosen = np.zeros((permutations, 2 * n))
+    chosen[np.arange(permutations)[:, None], order[:, :n]] = 1.0
+    result = np.empty(permutations)
+    chunk = max(1, KLOM_NULL_CELLS // (e * KLOM_BINS))
+    for begin in range(0, permutations, chunk):
+        part = slice(begin, begin + chunk)
+        first = np.rint(chosen[part] @ onehot).astype(np.intp)  # exact: sums of at most 2N ones
+        kl = _kl_of_counts(first.reshape(-1, e, KLOM_BINS), (total - first).reshape(-1, e, KLOM_BINS), n)
+        result[part] = np.percentile(kl, KLOM_QUANTILE, axis=1)
+    return result
