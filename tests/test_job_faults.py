@@ -69,6 +69,26 @@ def test_one_crashing_and_one_diverging_method_leave_the_others_scored(all_metho
 
 
 @pytest.mark.processes
+def test_the_report_of_one_job_of_every_method_fits_two_screens(all_methods_job, tmp_path):
+    """The demo's shape (one job, every method): report.md opens with the leaderboard, says in one line what the
+    grid cannot identify, and stays within 80 lines."""
+    from unlearnbench.report.build import build_report
+
+    _, result = all_methods_job
+    kept = {**result, "failures": [], "records": [r for r in result["records"]
+                                                   if r["method"] not in ("crashing", "exploding")]}
+    (tmp_path / "sweep" / "job").mkdir(parents=True)
+    (tmp_path / "sweep" / "job" / "result.json").write_text(json.dumps(kept))
+    build_report([tmp_path / "sweep"], tmp_path / "report", figures=False)
+    lines = (tmp_path / "report" / "report.md").read_text().splitlines()
+    assert len(lines) <= 80, len(lines)
+    assert lines.index("## Leaderboard") < lines.index("## Warnings")
+    assert sum("not identifiable from this grid: I = 1, J = 1" in line for line in lines) == 1
+    assert any("no pairwise test: a Wilcoxon–Holm test over 11 methods needs 12: 12 training seeds" in line
+               for line in lines)  # the twelve methods but retrain (M_r itself)
+
+
+@pytest.mark.processes
 def test_method_failures_are_reported_in_one_line_each_and_the_sweep_exits_non_zero(all_methods_job):
     run, _ = all_methods_job
     assert run.returncode == 1

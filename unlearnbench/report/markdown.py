@@ -219,7 +219,7 @@ def wasserstein_section(wasserstein: pd.DataFrame, columns: list[tuple[str, str,
                      "i with W2 > null", "I", "J"], rows)
 
 
-FORGET_INTRO = ["### Forgetting quality per example (NeurIPS 2023 competition, LiRA)", "",
+FORGET_INTRO = ["### Forgetting quality per example (NeurIPS 2023 competition, LiRA, KLOM)", "",
                 "Per pool of models sharing one forget set, A(i) (the unlearning seeds of training seed i: one "
                 "original model) and B (one job per training seed): F, the mean over forget examples of the points "
                 "of each example's ε (1 below 0.5, halving every 0.5 up to the cap ⌈ln(N − 1)⌉, 0 beyond); its null "
@@ -227,7 +227,12 @@ FORGET_INTRO = ["### Forgetting quality per example (NeurIPS 2023 competition, L
                 "distinguishable: F below the null's 5th percentile. Score = F · the retain accuracies' ratios "
                 "(train, test) of M_u to M_r. LiRA (offline, one-sided): AUC and TPR at 1% / 0.1% FPR of "
                 "unlearned against retrained models over all (model, forget example) pairs. MIA: the entropy "
-                "attack's mean, unlearned / retrained. ε per example in `forget_quality_by_example.csv`.", ""]
+                "attack's mean, unlearned / retrained. KLOM (Georgiev et al. 2024): per example the KL divergence "
+                "from the unlearned models' histogram of margins to the retrained models' (20 bins, margins clipped "
+                "to ±100, floor 1e-5), its 95th percentile over D_f [the null's 95th percentile: above it the "
+                "method's models are told from retrained ones at this N] and over the samples of D_r / D'_r; "
+                "retraining scores 0, and few models raise the floor (the null's median is in forget_quality.csv). "
+                "ε per example in `forget_quality_by_example.csv`.", ""]
 
 
 def forget_quality_section(forgetting, select: dict) -> list[str]:
@@ -244,10 +249,13 @@ def forget_quality_section(forgetting, select: dict) -> list[str]:
               f"{fmt(row.forget_quality_null_median)} [{fmt(row.forget_quality_null_5pct)}]",
               {True: "yes", False: "no"}.get(row.distinguishable, "–"), fmt(row.score), fmt(row.lira_auc),
               fmt(row.lira_tpr_at_1pct), fmt(row.lira_tpr_at_0_1pct),
+              f"{fmt(row.klom_forget)} [{fmt(row.klom_forget_null_95pct)}]",
+              f"{fmt(row.klom_retain)} / {fmt(row.klom_test)}",
               f"{fmt(row.mia_unlearned)} / {fmt(row.mia_retrained)}", row.note or ""]
              for row in rows.rename(columns={"lira_tpr_at_0.1pct": "lira_tpr_at_0_1pct"}).itertuples()]
     lines = [*FORGET_INTRO, *md_table(["method", "pool", "N", "cap", "F", "null median [5%]", "distinguishable",
-                                       "score", "LiRA AUC", "TPR@1%", "TPR@0.1%", "MIA u / r", "note"], table)]
+                                       "score", "LiRA AUC", "TPR@1%", "TPR@0.1%", "KLOM D_f [null 95%]",
+                                       "KLOM D_r / D'_r", "MIA u / r", "note"], table)]
     across = matching(forgetting.across, select)
     if not across.empty and (across["designs_A"] > 1).any():
         lines += ["F across the single-original-model pools A(i), against B:", ""]
