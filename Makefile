@@ -39,7 +39,7 @@ bench: install
 readme-table: install  # rerun the demo from an empty cache and rewrite README.md's table, naming this machine
 	$(BIN)/python scripts/readme_demo_table.py
 
-study: install  # the seed study's Figure 1 on digits (about 10 minutes on 2 cores): docs/seed_study.png and docs/seed-study.md's table
+study: install  # the seed study's Figure 1 on digits (about 10 minutes on 2 cores): docs/seed_study.png, docs/seed-study.md's table and docs/comparing.md's leaderboard
 	$(BIN)/python scripts/seed_study.py --docs
 
 text-study: install  # the seed study on the text task (about 3 minutes on 2 cores): docs/text_seed_study.png and docs/text.md's table

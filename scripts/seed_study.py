@@ -6,7 +6,8 @@ with J unlearning seeds
 random_labels, unsir, bad_teacher, ssd and lfssd. Two sweeps (`OUT/single`: seeds.train=0 seeds.unlearn=range(J);
 `OUT/multi`: seeds.train=range(1, I), each with its own unlearning seed), one report over both (`OUT/report`), and a
 table of the numbers the docs' discussion rests on. With `--docs`, the figure goes to `docs/seed_study.png`
-and the table into docs/seed-study.md between its `<!-- seed-study -->` markers, with the machine it ran on.
+and the table into docs/seed-study.md between its `<!-- seed-study -->` markers, with the machine it ran on; the
+report's leaderboard into docs/comparing.md and its critical-difference diagram to `docs/seed_study_leaderboard.png`.
 
 Extra arguments are Hydra overrides for both sweeps (e.g. `scenario=random_sample`).
 """
