@@ -109,12 +109,28 @@ class TrainRecipe:
 
 
 @dataclass
+class Relearn:
+    """Relearn time (Golatkar et al. 2020, docs/metrics.md): copies of M_o, M_r and every M_u fine-tuned on D_f (or
+    `examples` of it, drawn with the evaluation seed) with the training recipe's optimiser at a constant rate, no
+    augmentation; the steps until the loss on that set falls to M_o's, capped at `max_steps`, and the accuracy on it
+    after `k` steps. Off by default: it trains every model of the job once more."""
+
+    enabled: bool = False
+    examples: int | None = ranged(None, Range(low=2), optional=True)  # null: all of D_f; a step needs two samples
+    max_steps: int = ranged(25, AT_LEAST_1)  # the cap: a model not there by then is recorded as max_steps
+    k: int = ranged(5, AT_LEAST_0)  # relearn_acc is the accuracy after k steps (k <= max_steps)
+    lr: float | None = ranged(None, POSITIVE, optional=True)  # null: train.lr, the recipe's peak rate
+    batch_size: int = ranged(32, Range(low=2))  # batch normalisation in training mode needs two samples
+
+
+@dataclass
 class Evaluation:
     batch_size: int | None = ranged(None, AT_LEAST_1, optional=True)  # null: by device, 64 on CPUs, 1024 on GPUs
     mia_max_members: int = ranged(10000, AT_LEAST_1)  # the MIA attacker sees at most this many retain samples
     mia_loss_folds: int = ranged(5, Range(low=2))  # cross-validation needs two folds at least
     examples: bool = True  # write examples.parquet (per-example outputs for the forgetting-quality scores)
     examples_per_split: int = ranged(1000, AT_LEAST_0)  # of D_r and of D'_r (D_f is always whole)
+    relearn: Relearn = field(default_factory=Relearn)  # relearn time, opt-in (`evaluation.relearn.enabled=true`)
 
 
 @dataclass
@@ -242,7 +258,7 @@ NAMED_GROUPS = ("dataset", "model", "scenario", "method", "strategy", "precision
 def validate(cfg: DictConfig) -> None:
     """Raise one `UserError` that lists every option outside its range and every unsafe component name, so that a
     sweep fails before any work (the Hydra callback calls this on the sweep's config, every job on its own)."""
-    problems = range_problems(cfg, Config, "")
+    problems = range_problems(cfg, Config, "") + relearn_problems(cfg)
     for group in NAMED_GROUPS:
         name = OmegaConf.select(cfg, f"{group}.name", default=None)
         if name is not None and not SAFE_NAME.fullmatch(str(name)):
@@ -283,6 +299,15 @@ def range_problems(node: Any, schema: type, prefix: str) -> list[str]:
         elif "range" in spec.metadata:
             problems += field_problems(path, node[spec.name], spec.metadata)
     return problems
+
+
+def relearn_problems(cfg: DictConfig) -> list[str]:
+    """The one check across relearn options: the accuracy is taken after k steps, which the cap must allow."""
+    k, cap = (OmegaConf.select(cfg, f"evaluation.relearn.{name}", default=None) for name in ("k", "max_steps"))
+    admitted = all(isinstance(v, int) and not isinstance(v, bool) for v in (k, cap))
+    if admitted and k > cap:
+        return [f"evaluation.relearn.k={k} is not valid; valid: <= evaluation.relearn.max_steps={cap}"]
+    return []
 
 
 def field_problems(path: str, value: Any, metadata: dict) -> list[str]:

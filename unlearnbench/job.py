@@ -8,6 +8,7 @@
         for each method a:
             M_u <- a(copy of M_o)                      timed; memory and utilisation sampled
             records += scores of M_o, M_r, M_u on every split, with the evaluation seed
+            records += relearn time of copies of M_o, M_r, M_u on D_f (`evaluation.relearn`, opt-in)
             examples += M_o's, M_r's and M_u's outputs on D_f and samples of D_r, D'_r (examples.parquet)
 """
 
@@ -41,6 +42,7 @@ from unlearnbench.errors import FILE_ONLY, UserError
 from unlearnbench.files import WriteError, remove_file, write_atomically
 from unlearnbench.methods.base import Method, UnlearningTask
 from unlearnbench.metrics.examples import ExampleTable
+from unlearnbench.metrics.relearn import ImageRelearning, Relearning, RelearnSettings
 from unlearnbench.metrics.scoring import Evaluator, Outputs, Scorer
 from unlearnbench.runtime import interrupt, progress
 from unlearnbench.runtime.cache import ModelCache
@@ -322,6 +324,15 @@ class Workbench:
                             f"precision")
         return outputs
 
+    def relearning(self, target: str, splits: Splits) -> ImageRelearning | None:
+        """Relearn time for `target` (metrics/relearn.py), or None where `evaluation.relearn` is off."""
+        relearn, evaluation = self.cfg.evaluation.relearn, self.cfg.evaluation
+        if not relearn.enabled:
+            return None
+        return ImageRelearning(self.fabric, self.store, splits.forget_train, self.normalizer, self.cfg.train,
+                               RelearnSettings.of(relearn, self.cfg.train.lr), self.seeds.eval, target,
+                               evaluation.batch_size or evaluation_batch_size(self.fabric.device.type))
+
     def unlearn(self, method: Method, target: str, splits: Splits, original: Trained,
                 retrained: Trained) -> tuple[nn.Module, Cost]:
         """M_u = method(copy of M_o), timed with memory and utilisation sampled; its randomness from the
@@ -367,6 +378,9 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                 outcome.add(target, None, "retrained", scores_r | cost_scores(retrained.cost))
                 bench.keep_examples(target, splits, "original", None, out_o)
                 bench.keep_examples(target, splits, "retrained", None, out_r)
+                relearning = bench.relearning(target, splits)
+                relearn_stage(outcome, relearning, original.module, target, "original", "forget_train")
+                relearn_stage(outcome, relearning, retrained.module, target, "retrained", "forget_train")
                 for method in outcome.unsettled(bench.methods, target):
                     with outcome.isolated(target, method.name):
                         unlearned, cost = bench.unlearn(method, target, splits, original, retrained)
@@ -382,7 +396,22 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                         if diverged:
                             raise Diverged(f"{method.name} diverged: {diverged}")
                         bench.keep_examples(target, splits, "unlearned", method.name, out_u)
+                        relearn_stage(outcome, relearning, unlearned, target, "unlearned", "forget_train", method.name)
     return outcome
+
+
+def relearn_stage(outcome: Outcome, relearning: Relearning | None, model: nn.Module, target: str, role: str,
+                  split: str, method: str | None = None) -> None:
+    """One model's relearn time (metrics/relearn.py) as a stage of its own, timed as `relearn:<role or method>`,
+    into its records on `split` (D_f's name in the task); nothing where `evaluation.relearn` is off. M_o's run comes
+    first: its loss sets the threshold."""
+    if relearning is None:
+        return
+    who = method or role
+    with outcome.stage(f"target {target}: relearning {who}", f"relearn:{who}") as current:
+        run = relearning.original(model) if role == "original" else relearning.run(model)
+        current.note(run.describe())
+    outcome.add(target, method, role, run.scores(split))
 
 
 def provenance(model: Trained) -> str:

@@ -58,7 +58,8 @@ def ideal(metric: str) -> float | str | None:
     """What the best value of a metric is: a number (closest wins), "retrained" (closest to M_r's mean wins), or
     None (no best: not marked). Deltas and distances: 0; completeness and tow: 1; mia_loss: 0.5 (docs/metrics.md);
     cost: 0 (lowest); acc, loss and mia of M_u, the ranking task's NDCG and the text task's likelihoods, ROUGE, utility
-    and MIA AUCs: closest to the retrained model; the text task's forget quality 1 and privleak 0."""
+    and MIA AUCs, and relearn time's steps and accuracy: closest to the retrained model; the text task's forget
+    quality 1 and privleak 0."""
     if metric.startswith("delta_") or metric in DISTANCES or metric in ("time_s", "memory_gib"):
         return 0.0
     if metric in ("completeness", "tow"):
@@ -66,6 +67,8 @@ def ideal(metric: str) -> float | str | None:
     if metric == "mia_loss":
         return 0.5
     if metric in ("acc", "loss", "mia", "ndcg@10", "online_ndcg") or metric in TEXT_LIKE_RETRAINED:
+        return "retrained"
+    if metric in ("relearn_steps", "relearn_acc"):  # relearn time (docs/metrics.md): as fast as M_r, no faster
         return "retrained"
     if metric in ("forget_quality", "forget_quality_first"):  # the text task's KS p-value: 1 is indistinguishable
         return 1.0

@@ -10,6 +10,7 @@ for language models.
         for each method a:
             M_u <- a(copy of M_o)                      timed; memory and utilisation sampled
             records += M_u's metrics; examples += M_o's, M_r's, M_u's per-example outputs (examples.parquet)
+            records += relearn time of copies of M_o, M_r, M_u on the forget records (`evaluation.relearn`, opt-in)
 """
 
 from __future__ import annotations
@@ -25,16 +26,18 @@ from torch import nn
 from unlearnbench import __version__
 from unlearnbench.components import build, target_of
 from unlearnbench.errors import UserError
-from unlearnbench.job import Diverged, JobPlan, Outcome, cost_scores, unit_name, watch
+from unlearnbench.job import Diverged, JobPlan, Outcome, cost_scores, relearn_stage, unit_name, watch
+from unlearnbench.metrics.relearn import RelearnSettings
 from unlearnbench.runtime import progress
 from unlearnbench.runtime.cache import ModelCache, cache_key
 from unlearnbench.runtime.fabric import quiet_known_warnings
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.seeding import global_seed, streams
 from unlearnbench.text.data import IDK_ANSWERS, TextData
-from unlearnbench.text.evaluate import TextEvaluator, TextExamples, model_scores
+from unlearnbench.text.evaluate import FORGET, TextEvaluator, TextExamples, model_scores
 from unlearnbench.text.methods.base import TextMethod, TextTask
 from unlearnbench.text.model import CausalLM
+from unlearnbench.text.relearn import TextRelearning, bare_copy
 from unlearnbench.text.scenario import ForgetEntities, TextSplits
 from unlearnbench.text.train import Items, fine_tune
 
@@ -173,6 +176,22 @@ class TextBench:
             self.outcome.lockstep.together(unit_name(target, method.name))
         return unlearned, method.cost(measured, task)
 
+    def relearning(self, target: str, splits: TextSplits) -> TextRelearning | None:
+        """Relearn time for `target` (text/relearn.py), or None where `evaluation.relearn` is off."""
+        relearn, evaluation = self.config["evaluation"]["relearn"], self.config["evaluation"]
+        if not relearn["enabled"]:
+            return None
+        return TextRelearning(self.fabric, self.items, splits.forget, RelearnSettings.of(relearn, self.recipe.lr),
+                              self.recipe.weight_decay, self.seeds["eval"], target,
+                              evaluation["batch_size"] or EVAL_BATCH, self.relearn_copy)
+
+    def relearn_copy(self, model: nn.Module) -> nn.Module:
+        """A plain, trainable copy of a model to relearn: its adapters (if any) merged, fresh ones added where LoRA
+        is on (from the evaluation seed), as a method starts from M_o."""
+        plain = bare_copy(model)
+        plain = plain.merge_and_unload() if hasattr(plain, "merge_and_unload") else plain
+        return self.model.adapt(plain, streams("lora", "relearn", self.seeds["eval"]).seed)
+
     def positions(self, splits: TextSplits) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Per example split, each record's `index` and `label` for examples.parquet (`TextExamples`)."""
         entity = {name: i for i, name in enumerate(self.data.entities())}
@@ -209,6 +228,9 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                 outcome.add(target, None, "original", model_scores(out_o, out_r) | cost_scores(original.cost))
                 keep_examples(outcome, target, "retrained", None, out_r, positions)
                 keep_examples(outcome, target, "original", None, out_o, positions)
+                relearning = bench.relearning(target, splits)
+                relearn_stage(outcome, relearning, original.module, target, "original", FORGET)
+                relearn_stage(outcome, relearning, retrained.module, target, "retrained", FORGET)
                 for method in outcome.unsettled(bench.methods, target):
                     with outcome.isolated(target, method.name):
                         unlearned, cost = bench.unlearn(method, target, splits, original, retrained)
@@ -221,6 +243,7 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                                            f"finite; its metrics are left out")
                         outcome.add(target, method.name, "unlearned", model_scores(out_u, out_r) | cost_scores(cost))
                         keep_examples(outcome, target, "unlearned", method.name, out_u, positions)
+                        relearn_stage(outcome, relearning, unlearned, target, "unlearned", FORGET, method.name)
     return outcome
 
 
