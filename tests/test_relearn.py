@@ -53,7 +53,7 @@ def test_the_loop_counts_steps_to_the_threshold_and_reads_the_accuracy_after_k(l
 
 def test_a_diverging_relearn_records_nulls():
     run = relearn(Scripted([0.5, float("nan")]), 0.2, 10, 3)
-    assert (run.steps, run.accuracy) == (None, None) and run.describe() == "diverged"
+    assert (run.steps, run.accuracy) == (None, None) and run.describe(3) == "diverged"
 
 
 def test_the_original_sets_the_threshold_and_relearns_at_once():

@@ -118,7 +118,7 @@ class Relearn:
     enabled: bool = False
     examples: int | None = ranged(None, Range(low=2), optional=True)  # null: all of D_f; a step needs two samples
     max_steps: int = ranged(25, AT_LEAST_1)  # the cap: a model not there by then is recorded as max_steps
-    k: int = ranged(5, AT_LEAST_0)  # relearn_acc is the accuracy after k steps (k <= max_steps)
+    k: int = ranged(1, AT_LEAST_0)  # relearn_acc is the accuracy after k steps (k <= max_steps)
     lr: float | None = ranged(None, POSITIVE, optional=True)  # null: train.lr, the recipe's peak rate
     batch_size: int = ranged(32, Range(low=2))  # batch normalisation in training mode needs two samples
 

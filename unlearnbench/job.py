@@ -410,7 +410,7 @@ def relearn_stage(outcome: Outcome, relearning: Relearning | None, model: nn.Mod
     who = method or role
     with outcome.stage(f"target {target}: relearning {who}", f"relearn:{who}") as current:
         run = relearning.original(model) if role == "original" else relearning.run(model)
-        current.note(run.describe())
+        current.note(run.describe(relearning.settings.k))
     outcome.add(target, method, role, run.scores(split))
 
 

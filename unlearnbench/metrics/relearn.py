@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 import torch
@@ -85,12 +86,12 @@ class Relearnt:
     def scores(self, split: str) -> dict[tuple[str, str], float | None]:
         return {(STEPS, split): self.steps, (ACCURACY, split): self.accuracy}
 
-    def describe(self) -> str:
+    def describe(self, k: int) -> str:
         """The stage's end note."""
         if self.steps is None:
             return "diverged"
         reached = f"not at the threshold after {self.steps} steps" if self.capped else f"{self.steps} steps"
-        return f"{reached}, accuracy {self.accuracy:.1%} after k steps"
+        return f"{reached}, accuracy {self.accuracy:.1%} after {k} step{'' if k == 1 else 's'}"
 
 
 def relearn(learner: Learner, threshold: float, max_steps: int, k: int,
@@ -160,8 +161,6 @@ class ImageLearner:
 
 def _with_lr(recipe, lr: float):
     """The recipe's optimiser settings with the relearning rate."""
-    from types import SimpleNamespace
-
     return SimpleNamespace(optimizer=recipe.optimizer, lr=lr, momentum=recipe.momentum,
                            weight_decay=recipe.weight_decay)
 

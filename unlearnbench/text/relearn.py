@@ -8,7 +8,7 @@ next-token accuracy on those answer tokens (teacher-forced argmax), the text ana
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
 import torch
@@ -18,9 +18,11 @@ from torch import nn
 
 from unlearnbench.errors import UserError
 from unlearnbench.metrics.relearn import Measurement, Relearning, RelearnSettings
+from unlearnbench.runtime import interrupt
 from unlearnbench.runtime.seeding import global_seed
 from unlearnbench.text.losses import sequence_nll, shifted, token_mean_nll
-from unlearnbench.text.train import MAX_GRAD_NORM, Items, answer_tokens, engine_clips, forward, global_mean, step
+from unlearnbench.text.train import MAX_GRAD_NORM, Items, answer_tokens, engine_clips, forward, global_mean
+from unlearnbench.text.train import step as update
 
 
 def relearn_records(records: list[dict], examples: int | None, generator: torch.Generator) -> list[dict]:
@@ -50,17 +52,18 @@ class TextLearner:
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda _: 1.0)  # constant
         self.batches = self.endless()
 
-    def endless(self):
+    def endless(self) -> Iterator[dict[str, torch.Tensor]]:
         """Batch after batch, a new permutation from the same stream whenever an epoch ends."""
         while True:
             yield from self.items.batches(self.batch_size, self.generator)
 
     def step(self) -> None:
+        interrupt.check()  # a safe point, as every training step (runtime/interrupt.py)
         self.model.train()
         batch = next(self.batches)
         loss = token_mean_nll(forward(self.model, batch), batch["labels"])
-        step(self.fabric, self.model, self.optimizer, self.schedule, global_mean(self.fabric, loss,
-                                                                                  answer_tokens(batch)))
+        update(self.fabric, self.model, self.optimizer, self.schedule,
+               global_mean(self.fabric, loss, answer_tokens(batch)))
 
     @torch.no_grad()
     def measure(self) -> Measurement:
