@@ -199,3 +199,24 @@ def test_bad_values_fail_with_one_line_before_any_work(override, message):
 
 def test_the_report_marks_the_value_closest_to_the_retrained_models_best():
     assert ideal("relearn_steps") == ideal("relearn_acc") == "retrained"
+
+
+def test_the_report_reads_the_relearn_records_like_any_other(jobs, tmp_path):
+    import json
+
+    import pandas as pd
+
+    from unlearnbench.job import result_document
+    from unlearnbench.report.build import build_report
+
+    outcome = jobs[0][0]
+    folder = tmp_path / "sweep" / "job"
+    folder.mkdir(parents=True)
+    document = result_document(compose_config([*TINY, *RELEARN]), outcome, None)
+    (folder / "result.json").write_text(json.dumps(document))
+    build_report([tmp_path / "sweep"], tmp_path / "report", figures=False)
+    summary = pd.read_csv(tmp_path / "report" / "summary.csv")
+    steps = summary[summary["metric"] == "relearn_steps"].fillna({"method": ""})
+    assert set(zip(steps["role"], steps["method"], strict=True)) == {
+        ("original", ""), ("retrained", ""), *(("unlearned", m) for m in METHODS)}
+    assert (steps["split"] == "forget_train").all()
