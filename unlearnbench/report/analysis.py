@@ -43,7 +43,8 @@ METRIC_NAMES = {"delta_acc": "Δacc", "delta_loss": "Δloss", "delta_mia": "ΔMI
                 "utilisation_pct": "util. %", "completeness": "completeness", "forget_quality": "FQ",
                 "model_utility": "MU", "forget_quality_first": "FQ first M_r", "rouge_l_recall": "ROUGE",
                 "truth_ratio": "TR", "extraction_strength": "ES",
-                "exact_memorization": "EM", "mia_min_k_auc": "MinK AUC"}
+                "exact_memorization": "EM", "mia_min_k_auc": "MinK AUC", "relearn_steps": "relearn steps",
+                "relearn_acc": "relearn acc"}
 TEXT_LIKE_RETRAINED = {"prob", "truth_ratio", "rouge_l_recall", "extraction_strength", "exact_memorization",
                        "model_utility", "mia_loss_auc", "mia_zlib_auc", "mia_min_k_auc", "mia_min_k_pp_auc"}
 DISTANCES = {"layer_distance", "activation_distance", "js_divergence"}
