@@ -4,15 +4,18 @@ under DeepSpeed the engine clips the gradients and each backward names the model
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from lightning_fabric import Fabric
-from lightning_fabric.strategies import DeepSpeedStrategy
+from lightning_fabric.strategies import DeepSpeedStrategy, FSDPStrategy
 from lightning_fabric.wrappers import _FabricModule
 from torch import nn
 
 from unlearnbench.text.data import fictitious
 from unlearnbench.text.evaluate import TextEvaluator
+from unlearnbench.text.job import shards_weights
 from unlearnbench.text.model import CausalLM, tiny_llama
 from unlearnbench.text.scenario import ForgetEntities
 from unlearnbench.text.train import MAX_GRAD_NORM, adamw, step
@@ -83,3 +86,12 @@ def test_under_deepspeed_the_engine_clips_and_each_backward_names_its_model():
     assert fabric.strategy.config["gradient_clipping"] == MAX_GRAD_NORM
     step(fabric, model, optimizer, schedule, model(torch.ones(2, 3)).sum())
     assert fabric.backward_models == [model] and not torch.equal(model.weight, before)
+
+
+def test_relearn_time_is_refused_where_the_weights_are_split_across_ranks():
+    fsdp = SimpleNamespace(strategy=FSDPStrategy.__new__(FSDPStrategy))
+    zero = [DeepSpeedStrategy.__new__(DeepSpeedStrategy) for _ in range(2)]
+    zero[0].config, zero[1].config = {"zero_optimization": {"stage": 3}}, {"zero_optimization": {"stage": 2}}
+    assert shards_weights(fsdp) and shards_weights(SimpleNamespace(strategy=zero[0]))
+    assert not shards_weights(SimpleNamespace(strategy=zero[1]))
+    assert not shards_weights(Fabric(accelerator="cpu", devices=1))

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 from lightning_fabric import Fabric
+from lightning_fabric.strategies import FSDPStrategy
 from torch import nn
 
 from unlearnbench import __version__
@@ -54,6 +55,11 @@ class TunedModel:
     cost: Cost
     cache: dict
     curve: dict | None
+
+
+def shards_weights(fabric: Fabric) -> bool:
+    """Whether the strategy splits the weights themselves across ranks (FSDP, DeepSpeed ZeRO-3)."""
+    return isinstance(fabric.strategy, FSDPStrategy) or bool(getattr(fabric.strategy, "zero_stage_3", False))
 
 
 def subclass(config: dict, kind: str, base: type) -> bool:
@@ -91,6 +97,10 @@ class TextBench:
         self.splits = {target: self.scenario.split(self.data, streams("forget_set", self.seeds["forget"]).torch)
                        for target in self.targets}  # before any training: a forget set that cannot be fails here
         self.general = self.data.real_authors + self.data.world_facts
+        if config["evaluation"]["relearn"]["enabled"] and shards_weights(fabric):
+            raise UserError(f"evaluation.relearn copies each model whole, which strategy={config['strategy']['name']} "
+                            f"splits across ranks; for relearn time use strategy single, ddp, ddp_spawn or "
+                            f"deepspeed_stage_1/2")
 
     def items(self, records: list[dict]) -> Items:
         try:
