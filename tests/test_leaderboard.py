@@ -176,9 +176,27 @@ def test_the_report_opens_with_the_leaderboard_and_a_small_sweep_says_what_a_tes
     report = build_report([tmp_path / "sweep"], tmp_path / "report", figures=False)
     text = (tmp_path / "report" / "report.md").read_text()
     assert text.index("\n## Leaderboard") < text.index("\n## Warnings") < text.index("\n## digits · resnet18")
-    assert "| alpha | 1 [1, 1] | 1.00 | 1 |" in text
+    assert "| method | mean rank by Δacc D'_f [95%] | P(best) |" in text and "| alpha | 1 [1, 1] | 1.00 |" in text
     assert "a Wilcoxon–Holm test over 3 methods needs 7: 7 training seeds of 1 target" in text
     board = pd.read_csv(tmp_path / "report" / "leaderboard.csv")
     assert list(board.sort_values("mean_rank")["method"]) == ["alpha", "gamma", "beta"]
     assert math.isnan(board["friedman_p"].iloc[0])  # 2 blocks: Friedman needs 3 for 3 methods
     assert report.study.leaderboard
+
+
+def test_the_critical_difference_diagram_is_drawn_where_the_pairs_were_tested(known, tmp_path):
+    from types import SimpleNamespace
+
+    from unlearnbench.report.figures import leaderboard
+    from unlearnbench.report.markdown import leaderboard_section
+
+    _, board = known
+    path, = leaderboard(SimpleNamespace(leaderboard=[board]), tmp_path)
+    assert path.name == "leaderboard_digits_resnet18_full_class.png"
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    section = leaderboard_section([board], {path.stem: f"figures/{path.name}"})
+    assert f"![critical-difference diagram](figures/{path.name})" in section
+    assert any("pairs that differ (Wilcoxon–Holm, α = 0.05; < reads closer to the ideal): alpha < gamma, "
+               "beta < gamma." in line for line in section)
+    short, = leaderboards(values({m: v[:6] for m, v in known[0].items()}), KEYS, [METRIC])
+    assert leaderboard(SimpleNamespace(leaderboard=[short]), tmp_path / "none") == []  # no test: no diagram

@@ -312,17 +312,17 @@ def leaderboard(study: Study, folder: Path) -> list[Path]:
 
     paths = []
     for board in study.leaderboard:
-        metric = main_metric(board)
-        significance = board.significance.get((metric, ""))
+        metric, split = main_metric(board)
+        significance = board.significance.get((metric, split))
         if significance is None:
             continue
-        ranks = board.ranks[(metric, "")].mean()
-        figure = Figure(figsize=(8.0, 1.2 + 0.22 * len(ranks)), layout="constrained")
+        ranks = board.ranks[(metric, split)].mean()
+        figure = Figure(figsize=(8.0, 1.2 + 0.22 * len(ranks)))
         FigureCanvasAgg(figure)
-        axis = figure.add_subplot(1, 1, 1)
+        axis = figure.add_axes((0.17, 0.04, 0.66, 0.8))  # room for the method names either side
         scikit_posthocs.critical_difference_diagram(ranks, significance, alpha=ALPHA, ax=axis)
-        blocks = len(board.ranks[(metric, "")])
-        axis.set_title(f"{' · '.join(map(str, board.config.values()))}: {metric_label(metric, '')} over {blocks} "
+        blocks = len(board.ranks[(metric, split)])
+        axis.set_title(f"{' · '.join(map(str, board.config.values()))}: {metric_label(metric, split)} over {blocks} "
                        f"blocks (bar: no difference, Wilcoxon–Holm α = {ALPHA:g})", fontsize=9)
         paths.append(_save(figure, folder / f"{figure_stem(board.config)}.png"))
     return paths

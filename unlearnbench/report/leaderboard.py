@@ -231,10 +231,10 @@ def figure_stem(config: dict) -> str:
     return f"leaderboard_{name}"
 
 
-def main_metric(board: Board) -> str:
-    """The metric a board is ordered by: the aggregate where there is one, else its only metric."""
-    metrics = [row["metric"] for row in board.rows]
-    return AGGREGATE if AGGREGATE in metrics else metrics[0]
+def main_metric(board: Board) -> tuple[str, str]:
+    """The (metric, split) a board is ordered by: the aggregate where there is one, else its only metric."""
+    metrics = [(row["metric"], row["split"]) for row in board.rows]
+    return (AGGREGATE, "") if (AGGREGATE, "") in metrics else metrics[0]
 
 
 def metric_label(metric: str, split: str) -> str:

@@ -289,31 +289,34 @@ def leaderboard_section(boards: list, figures: dict[str, str]) -> list[str]:
     lines = ["## Leaderboard", "", LEADERBOARD_INTRO, ""]
     for board in boards:
         rows = pd.DataFrame(board.rows)
-        main = main_metric(board)
-        headline = rows[rows["metric"] == main].sort_values(["mean_rank", "method"], kind="stable")
-        parts = [(m, s) for m, s in dict.fromkeys(zip(rows["metric"], rows["split"], strict=True)) if m != AGGREGATE]
+        main, main_split = main_metric(board)
+        headline = rows[(rows["metric"] == main) & (rows["split"] == main_split)].sort_values(
+            ["mean_rank", "method"], kind="stable")
+        parts = [(m, s) for m, s in dict.fromkeys(zip(rows["metric"], rows["split"], strict=True))
+                 if m != AGGREGATE] if main == AGGREGATE else []  # the aggregate's parts beside it
         rank_of = {(r.metric, r.split, r.method): r.mean_rank for r in rows.itertuples()}
         table = [[r.method, interval(r.mean_rank, r.rank_low, r.rank_high),
                   "–" if math.isnan(r.p_best) else f"{r.p_best:.2f}",
                   *(fmt(rank_of.get((m, s, r.method))) for m, s in parts)] for r in headline.itertuples()]
         first = headline.iloc[0]
         name = " · ".join(str(v) for v in board.config.values())
-        lines += [f"### {name}", "", *md_table(["method", f"{metric_label(main, '')} [95%]", "P(best)",
+        ranked_by = "" if main == AGGREGATE else f" by {metric_label(main, main_split)}"
+        lines += [f"### {name}", "", *md_table(["method", f"mean rank{ranked_by} [95%]", "P(best)",
                                                 *(metric_label(m, s) for m, s in parts)], table)]
-        lines += [verdict(board, main, first), ""]
+        lines += [verdict(board, (main, main_split), first), ""]
         if figure_stem(board.config) in figures:
             lines += [f"![critical-difference diagram]({figures[figure_stem(board.config)]})", ""]
     return lines
 
 
-def verdict(board, metric: str, row) -> str:
+def verdict(board, metric: tuple[str, str], row) -> str:
     """One line: Friedman's p and the pairs that differ, or how many training seeds the tests would need."""
     blocks = f"{int(row.blocks)} block{'s' if row.blocks != 1 else ''} ({int(row.targets)} target" \
              f"{'s' if row.targets != 1 else ''} × {int(row.I)} training seed{'s' if row.I != 1 else ''})"
     friedman = "" if math.isnan(row.friedman_p) else f"Friedman p = {fmt(row.friedman_p)}; "
     if row.note:
         return f"Over {blocks}: {friedman}no pairwise test: {row.note.split('; ', 1)[-1]}."
-    pairs = [p for p in board.pairs if p["metric"] == metric and p["different"]]
+    pairs = [p for p in board.pairs if (p["metric"], p["split"]) == metric and p["different"]]
     shown = [f"{p['method_a']} {'<' if p['median_difference'] < 0 else '>'} {p['method_b']}" for p in pairs]
     listed = ", ".join(shown[:MAX_PAIRS]) + (f", … {len(shown) - MAX_PAIRS} more" if len(shown) > MAX_PAIRS else "")
     return (f"Over {blocks}: {friedman}pairs that differ (Wilcoxon–Holm, α = 0.05; < reads closer to the ideal): "
