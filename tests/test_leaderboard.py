@@ -200,3 +200,17 @@ def test_the_critical_difference_diagram_is_drawn_where_the_pairs_were_tested(kn
                "beta < gamma." in line for line in section)
     short, = leaderboards(values({m: v[:6] for m, v in known[0].items()}), KEYS, [METRIC])
     assert leaderboard(SimpleNamespace(leaderboard=[short]), tmp_path / "none") == []  # no test: no diagram
+
+
+def test_a_leaderboard_metric_without_a_best_value_is_refused_in_one_line():
+    from helpers import compose_config
+
+    from unlearnbench.config import leaderboard_problems, validate
+    from unlearnbench.errors import UserError
+
+    assert leaderboard_problems(["acc:forget_train", "relearn_steps:forget_train", "ndcg@10"]) == []
+    problem, = leaderboard_problems(["acc:forget_train", "seed_train", "weight_distance"])
+    assert problem.startswith("report.leaderboard.metrics has seed_train, weight_distance, which have no best value")
+    with pytest.raises(UserError, match=r"^invalid config: report.leaderboard.metrics has foo:bar, "):
+        validate(compose_config(["report.leaderboard.metrics=[foo:bar]"]))
+    validate(compose_config(["report.leaderboard.metrics=[acc:forget_train]"]))
