@@ -168,3 +168,30 @@ def mounted_tmpfs(folder: Path, size: str):
         yield folder
     finally:
         subprocess.run(["umount", str(folder)], check=False)
+
+
+RELEARN_METRICS = ("relearn_steps", "relearn_acc")
+
+
+def relearnt(outcome) -> dict:
+    """A job's relearn-time records: (target, role, method, metric, split) → value."""
+    return {(r["target"], r["role"], r["method"], r["metric"], r["split"]): r["value"] for r in outcome.records
+            if r["metric"] in RELEARN_METRICS}
+
+
+def assert_relearn_records(outcome, methods: list[str], split: str, max_steps: int) -> None:
+    """Relearn time recorded for M_o, M_r and every method on every target's `split` (steps an int in
+    0..max_steps, accuracy in [0, 1]), each model's relearning a stage of the job's timings."""
+    assert outcome.error is None and not outcome.failures, outcome.trace
+    records = relearnt(outcome)
+    models = [("original", None), ("retrained", None), *(("unlearned", m) for m in methods)]
+    targets = {key[0] for key in records}
+    assert targets and set(records) == {(t, role, method, metric, split) for t in targets for role, method in models
+                                        for metric in RELEARN_METRICS}
+    for (_, _, _, metric, _), value in records.items():
+        if metric == "relearn_steps":
+            assert isinstance(value, int) and 0 <= value <= max_steps
+        else:
+            assert isinstance(value, float) and 0.0 <= value <= 1.0
+    assert {"relearn:original", "relearn:retrained", *(f"relearn:{m}" for m in methods)} <= set(outcome.timings)
+

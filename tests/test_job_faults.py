@@ -84,8 +84,8 @@ def test_the_report_of_one_job_of_every_method_fits_two_screens(all_methods_job,
     assert len(lines) <= 80, len(lines)
     assert lines.index("## Leaderboard") < lines.index("## Warnings")
     assert sum("not identifiable from this grid: I = 1, J = 1" in line for line in lines) == 1
-    assert any("no pairwise test: a Wilcoxon–Holm test over 11 methods needs 12: 12 training seeds" in line
-               for line in lines)  # the twelve methods but retrain (M_r itself)
+    assert any("no pairwise test: a Wilcoxon–Holm test over 11 methods needs 12 blocks, not 1: 12 training "
+               "seeds" in line for line in lines)  # the twelve methods but retrain (M_r itself)
 
 
 @pytest.mark.processes

@@ -135,7 +135,7 @@ def test_blocks_needed_is_where_the_smallest_p_reaches_alpha():
     assert all(p["different"] for p in board.pairs) and not board.rows[0]["note"]
     short = {m: v[:6] for m, v in separated.items()}
     board, = leaderboards(values(short), KEYS, [METRIC])
-    assert not board.pairs and "needs 7: 7 training seeds" in board.rows[0]["note"]
+    assert not board.pairs and "needs 7 blocks, not 6: 7 training seeds" in board.rows[0]["note"]
 
 
 def test_ranks_are_within_blocks_ties_shared_and_retrained_ideals_use_m_rs_block_mean():
@@ -177,7 +177,8 @@ def test_the_report_opens_with_the_leaderboard_and_a_small_sweep_says_what_a_tes
     text = (tmp_path / "report" / "report.md").read_text()
     assert text.index("\n## Leaderboard") < text.index("\n## Warnings") < text.index("\n## digits · resnet18")
     assert "| method | mean rank by Δacc D'_f [95%] | P(best) |" in text and "| alpha | 1 [1, 1] | 1.00 |" in text
-    assert "a Wilcoxon–Holm test over 3 methods needs 7: 7 training seeds of 1 target" in text
+    assert ("no pairwise test: a Wilcoxon–Holm test over 3 methods needs 7 blocks, not 2: 7 training seeds of 1 "
+            "target") in text
     board = pd.read_csv(tmp_path / "report" / "leaderboard.csv")
     assert list(board.sort_values("mean_rank")["method"]) == ["alpha", "gamma", "beta"]
     assert math.isnan(board["friedman_p"].iloc[0])  # 2 blocks: Friedman needs 3 for 3 methods

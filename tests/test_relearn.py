@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import TINY, compose_config, run_in_process
+from helpers import RELEARN_METRICS as METRICS
+from helpers import TINY, assert_relearn_records, compose_config, relearnt, run_in_process
 
 from unlearnbench.config import validate
 from unlearnbench.data.base import Subset
@@ -17,7 +18,6 @@ from unlearnbench.report.analysis import ideal
 
 METHODS = ["finetune", "retrain"]
 RELEARN = ["evaluation.relearn.enabled=true", "evaluation.relearn.max_steps=10", "evaluation.relearn.k=2"]
-METRICS = ("relearn_steps", "relearn_acc")
 
 
 class Scripted:
@@ -117,28 +117,13 @@ def jobs(tmp_path_factory, shared_cache):
     return runs, drawn
 
 
-def relearn_records(outcome) -> dict:
-    return {(r["target"], r["role"], r["method"], r["metric"], r["split"]): r["value"] for r in outcome.records
-            if r["metric"] in METRICS}
-
-
 def test_a_job_records_relearn_time_for_every_model(jobs):
-    outcome = jobs[0][0]
-    assert outcome.error is None and not outcome.failures, outcome.trace
-    records = relearn_records(outcome)
-    models = [("original", None), ("retrained", None), *(("unlearned", m) for m in METHODS)]
-    assert set(records) == {("3", role, method, metric, "forget_train") for role, method in models
-                            for metric in METRICS}
-    for (_, _, _, metric, _), value in records.items():
-        if metric == "relearn_steps":
-            assert isinstance(value, int) and 0 <= value <= 10
-        else:
-            assert isinstance(value, float) and 0.0 <= value <= 1.0
-    assert {"relearn:original", "relearn:retrained", *(f"relearn:{m}" for m in METHODS)} <= set(outcome.timings)
+    assert_relearn_records(jobs[0][0], METHODS, "forget_train", max_steps=10)
+    assert {key[0] for key in relearnt(jobs[0][0])} == {"3"}
 
 
 def test_the_original_relearns_at_once_and_retrain_exactly_as_the_retrained_model(jobs):
-    records = relearn_records(jobs[0][0])
+    records = relearnt(jobs[0][0])
     assert records["3", "original", None, "relearn_steps", "forget_train"] == 0
     for metric in METRICS:  # `retrain` returns M_r: the same copy, the same batches, the same numbers
         assert (records["3", "unlearned", "retrain", metric, "forget_train"]
@@ -147,12 +132,12 @@ def test_the_original_relearns_at_once_and_retrain_exactly_as_the_retrained_mode
 
 def test_the_same_seeds_give_identical_numbers(jobs):
     (first, second), _ = jobs
-    assert relearn_records(first) == relearn_records(second)
+    assert relearnt(first) == relearnt(second)
 
 
 def test_a_drawn_relearn_set_is_recorded_like_the_whole_one(jobs):
     _, drawn = jobs
-    records = relearn_records(drawn)
+    records = relearnt(drawn)
     assert drawn.error is None and not drawn.failures, drawn.trace
     assert records["3", "original", None, "relearn_steps", "forget_train"] == 0
     assert len(records) == 6
@@ -161,7 +146,7 @@ def test_a_drawn_relearn_set_is_recorded_like_the_whole_one(jobs):
 def test_off_by_default_and_then_no_record_and_no_stage(tmp_path, shared_cache):
     assert compose_config([]).evaluation.relearn.enabled is False
     outcome = run_in_process(list(TINY), tmp_path, ["retrain"], shared_cache)
-    assert not relearn_records(outcome) and not any(t.startswith("relearn:") for t in outcome.timings)
+    assert not relearnt(outcome) and not any(t.startswith("relearn:") for t in outcome.timings)
 
 
 def test_one_methods_failure_in_relearning_leaves_the_others(tmp_path, shared_cache, monkeypatch):
@@ -177,7 +162,7 @@ def test_one_methods_failure_in_relearning_leaves_the_others(tmp_path, shared_ca
     monkeypatch.setattr(Relearning, "run", failing_second)
     outcome = run_in_process([*TINY, *RELEARN], tmp_path, METHODS, shared_cache)
     assert [(f["method"], f["error"]) for f in outcome.failures] == [("finetune", "RuntimeError: relearning broke")]
-    records = relearn_records(outcome)
+    records = relearnt(outcome)
     assert ("3", "unlearned", "retrain", "relearn_steps", "forget_train") in records
     assert ("3", "unlearned", "finetune", "relearn_steps", "forget_train") not in records
     assert outcome.status == ("complete", None)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import plain_config
+from helpers import RELEARN_METRICS as METRICS
+from helpers import assert_relearn_records, plain_config, relearnt
 from lightning_fabric import Fabric
 
 from unlearnbench.errors import UserError
@@ -19,7 +20,6 @@ from unlearnbench.text.relearn import relearn_records
 METHODS = ["grad_ascent", "text_retrain"]
 RELEARN = ["experiment=tofu", "evaluation.relearn.enabled=true", "evaluation.relearn.max_steps=8",
            "evaluation.relearn.k=2", "runtime.threads=1", "runtime.print_table=false"]
-METRICS = ("relearn_steps", "relearn_acc")
 
 
 def run_text(overrides: list[str], folder: Path, cache: Path):
@@ -36,25 +36,8 @@ def runs(tmp_path_factory, shared_cache):
     return [run_text(RELEARN, tmp_path_factory.mktemp(name), shared_cache) for name in ("a", "b")]
 
 
-def relearnt(outcome) -> dict:
-    return {(r["target"], r["role"], r["method"], r["metric"], r["split"]): r["value"] for r in outcome.records
-            if r["metric"] in METRICS}
-
-
 def test_a_text_job_records_relearn_time_for_every_model(runs):
-    outcome = runs[0]
-    assert outcome.error is None and not outcome.failures, outcome.trace
-    records = relearnt(outcome)
-    models = [("original", None), ("retrained", None), *(("unlearned", m) for m in METHODS)]
-    targets = {key[0] for key in records}
-    assert set(records) == {(t, role, method, metric, "forget") for t in targets for role, method in models
-                            for metric in METRICS}
-    for (_, _, _, metric, _), value in records.items():
-        if metric == "relearn_steps":
-            assert isinstance(value, int) and 0 <= value <= 8
-        else:
-            assert isinstance(value, float) and 0.0 <= value <= 1.0
-    assert {"relearn:original", "relearn:retrained", *(f"relearn:{m}" for m in METHODS)} <= set(outcome.timings)
+    assert_relearn_records(runs[0], METHODS, "forget", max_steps=8)
 
 
 def test_the_original_relearns_at_once_and_text_retrain_as_the_retrained_model(runs):

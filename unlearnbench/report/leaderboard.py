@@ -34,7 +34,7 @@ from scipy import stats as scipy_stats
 
 from unlearnbench.config import LEADERBOARD_METRICS
 from unlearnbench.report.analysis import GOLD_STANDARDS, ideal, label
-from unlearnbench.report.seed_design import SIGNIFICANT
+from unlearnbench.report.seed_design import rounded
 
 DEFAULT_METRICS = LEADERBOARD_METRICS  # per task, those a configuration records (`report.leaderboard.metrics`)
 AGGREGATE = "mean_rank"  # the aggregate's metric name in leaderboard.csv
@@ -80,7 +80,7 @@ def block_scores(values: pd.DataFrame, metric: str, split: str) -> pd.DataFrame:
         table = table.sub(reference.reindex(table.index), axis=0)
     else:
         table = table - goal
-    return table.abs().dropna(axis=0, how="any").map(lambda x: float(f"{x:.{SIGNIFICANT}g}"))
+    return rounded(table.abs().dropna(axis=0, how="any"))  # a mean's last bits are no ranking
 
 
 def ranks_of(scores: pd.DataFrame) -> pd.DataFrame:
@@ -153,8 +153,8 @@ def metric_board(board: Board, scores: pd.DataFrame, metric: str, split: str, re
     need_friedman, need_pairs = blocks_needed(len(methods))
     seeds_needed = math.ceil(need_pairs / targets)
     note = "" if blocks >= need_pairs else (
-        f"{blocks} block{'s' if blocks != 1 else ''}; a Wilcoxon–Holm test over {len(methods)} methods needs "
-        f"{need_pairs}: {seeds_needed} training seeds of {targets} target{'s' if targets != 1 else ''} "
+        f"a Wilcoxon–Holm test over {len(methods)} methods needs {need_pairs} blocks, not {blocks}: "
+        f"{seeds_needed} training seeds of {targets} target{'s' if targets != 1 else ''} "
         f"(seeds.train=range({seeds_needed}))")
     p_friedman = friedman_p(scores) if blocks >= need_friedman else math.nan
     intervals = bootstrap_ranks(ranks, resamples)

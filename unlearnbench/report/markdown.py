@@ -315,7 +315,7 @@ def verdict(board, metric: tuple[str, str], row) -> str:
              f"{'s' if row.targets != 1 else ''} × {int(row.I)} training seed{'s' if row.I != 1 else ''})"
     friedman = "" if math.isnan(row.friedman_p) else f"Friedman p = {fmt(row.friedman_p)}; "
     if row.note:
-        return f"Over {blocks}: {friedman}no pairwise test: {row.note.split('; ', 1)[-1]}."
+        return f"Over {blocks}: {friedman}no pairwise test: {row.note}."
     pairs = [p for p in board.pairs if (p["metric"], p["split"]) == metric and p["different"]]
     shown = [f"{p['method_a']} {'<' if p['median_difference'] < 0 else '>'} {p['method_b']}" for p in pairs]
     listed = ", ".join(shown[:MAX_PAIRS]) + (f", … {len(shown) - MAX_PAIRS} more" if len(shown) > MAX_PAIRS else "")

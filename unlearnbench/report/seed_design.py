@@ -40,20 +40,20 @@ def rank_label(metric: str, split: str) -> str:
     return f"|{label(metric, split)}|" if ideal == 0 else f"|{ideal:g} − {label(metric, split)}|"
 
 
-def _rounded(scores: pd.Series) -> pd.Series:
+def rounded(scores: pd.Series | pd.DataFrame) -> pd.Series | pd.DataFrame:
     return scores.map(lambda x: float(f"{x:.{SIGNIFICANT}g}"))
 
 
 def best(scores: pd.Series) -> list[str]:
     """The methods with the smallest score (several when tied)."""
-    rounded = _rounded(scores)
-    return sorted(rounded.index[rounded == rounded.min()])
+    kept = rounded(scores)
+    return sorted(kept.index[kept == kept.min()])
 
 
 def kendall_tau(first: pd.Series, second: pd.Series) -> float:
     """Kendall's τ-b of two score vectors over the same methods (ties allowed); 1.0 when both are equal and constant
     (nothing to disagree on), NaN when only one is constant."""
-    a, b = _rounded(first), _rounded(second.loc[first.index])
+    a, b = rounded(first), rounded(second.loc[first.index])
     if a.nunique() == 1 or b.nunique() == 1:
         return 1.0 if a.nunique() == b.nunique() == 1 else math.nan
     return round(float(scipy_stats.kendalltau(a.to_numpy(), b.to_numpy()).statistic), SIGNIFICANT)

@@ -21,7 +21,7 @@ from unlearnbench.metrics.relearn import Measurement, Relearning, RelearnSetting
 from unlearnbench.runtime import interrupt
 from unlearnbench.runtime.seeding import global_seed
 from unlearnbench.text.losses import sequence_nll, shifted, token_mean_nll
-from unlearnbench.text.train import MAX_GRAD_NORM, Items, answer_tokens, engine_clips, forward, global_mean
+from unlearnbench.text.train import Items, answer_tokens, forward, global_mean, set_up_adamw
 from unlearnbench.text.train import step as update
 
 
@@ -44,11 +44,7 @@ class TextLearner:
                  weight_decay: float, generator: torch.Generator, eval_batch: int) -> None:
         self.fabric, self.items, self.eval_batch = fabric, items, eval_batch
         self.batch_size, self.generator = min(settings.batch_size, len(items)), generator
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=weight_decay)
-        if engine_clips(fabric):
-            fabric.strategy.config["gradient_clipping"] = MAX_GRAD_NORM
-        self.model, self.optimizer = fabric.setup(model, optimizer)
+        self.model, self.optimizer = set_up_adamw(fabric, model, settings.lr, weight_decay)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda _: 1.0)  # constant
         self.batches = self.endless()
 

@@ -92,13 +92,19 @@ def count(meter: EpochMeter, loss: Tensor, logits: Tensor, labels: Tensor, optim
 def adamw(fabric: Fabric, model: nn.Module, lr: float, weight_decay: float, epochs: int, steps_per_epoch: int,
           warmup_epochs: float, parameters=None):
     """`model` and AdamW with the linear warm-up and decay, set up by Fabric."""
+    model, optimizer = set_up_adamw(fabric, model, lr, weight_decay, parameters)
+    schedule = recipe_schedule(optimizer, steps_per_epoch, warmup_epochs, [], 1.0, "linear", epochs)
+    return model, optimizer, schedule
+
+
+def set_up_adamw(fabric: Fabric, model: nn.Module, lr: float, weight_decay: float, parameters=None):
+    """`model` and AdamW over its trainable parameters (or those of `parameters`), set up by Fabric, with the
+    gradient clipping `step` applies configured in DeepSpeed's engine where that engine clips."""
     trainable = [p for p in (model.parameters() if parameters is None else parameters) if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
     if engine_clips(fabric):
         fabric.strategy.config["gradient_clipping"] = MAX_GRAD_NORM
-    model, optimizer = fabric.setup(model, optimizer)
-    schedule = recipe_schedule(optimizer, steps_per_epoch, warmup_epochs, [], 1.0, "linear", epochs)
-    return model, optimizer, schedule
+    return fabric.setup(model, optimizer)
 
 
 def engine_clips(fabric: Fabric) -> bool:
