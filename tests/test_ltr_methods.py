@@ -50,6 +50,10 @@ class StubSimulator:
 
 @pytest.fixture
 def setting():
+    return stub_federation()
+
+
+def stub_federation():
     """A stored training of 12 rounds by 4 clients (0 malicious) on 20 queries of 3 features, and its task."""
     rng = np.random.default_rng(3)
     trained = TrainedFederation(globals=rng.normal(size=(ROUNDS + 1, FEATURES)),

@@ -26,6 +26,12 @@ TEXT_METHODS = ["grad_ascent", "grad_diff", "npo", "simnpo", "idk_dpo", "rmu", "
 
 @pytest.fixture(scope="module")
 def setting():
+    return tiny_setting()
+
+
+def tiny_setting():
+    """Tiny data of 4 entities, its tokenizer, encoder and forget10 splits, a tiny Llama and a reference, and a
+    fixed forget and retain batch."""
     data = fictitious(entities=4, holdout_entities=1, general=2, seed=1)
     lm = CausalLM(hidden=16, heads=2)
     tokenizer = lm.tokenizer([*data.texts(), "I don't know."])

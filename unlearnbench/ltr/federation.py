@@ -212,8 +212,7 @@ def run_rounds(simulator: Simulator, start: np.ndarray, queries: Callable[[Seque
     interrupt (runtime/interrupt.py)."""
     result = Rounds()
     weights = start
-    for _ in range(rounds):
-        interrupt.check()
+    for _ in interrupt.checked(range(rounds)):
         local, online = simulator.local_models(weights, queries(clients), [rngs[k] for k in clients],
                                                [behaviours[k] for k in clients])
         weights = fedavg(local)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from unlearnbench.errors import UserError
+from unlearnbench.runtime import interrupt
 
 DEPTH = 10  # documents displayed, clicks simulated and NDCG computed at
 
@@ -239,7 +240,7 @@ class Ndcg:
             queries, width, size = features.shape
             k = min(self.depth, width)
             flat, valid = features.reshape(-1, size), labels >= 0
-            for start in range(0, len(weights), chunk):
+            for start in interrupt.checked(range(0, len(weights), chunk)):
                 block = weights[start:start + chunk]
                 scores = (flat @ block.T).T.reshape(len(block), queries, width)
                 scores = np.where(valid[None], scores, -np.inf).reshape(-1, width)

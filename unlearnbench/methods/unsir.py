@@ -45,6 +45,7 @@ from unlearnbench.data.scenarios import Scenario, SubClass
 from unlearnbench.data.transforms import Normalizer, to_unit
 from unlearnbench.errors import UserError
 from unlearnbench.methods.base import Method, UnlearningTask, setting
+from unlearnbench.runtime import interrupt
 from unlearnbench.runtime.train import batch_count, batch_positions, cross_entropy_epochs, descend, float_logits
 
 
@@ -106,7 +107,7 @@ def optimise_noise(fabric: Fabric, model: nn.Module, noise: Tensor, label: int, 
     optimizer = fabric.setup_optimizers(torch.optim.Adam([noise], lr=lr))
     losses = []
     with frozen(model), fabric.no_backward_sync(model):
-        for _ in range(steps):
+        for _ in interrupt.checked(range(steps)):
             loss = noise_loss(float_logits(model(noise)), label, noise, weight)
             descend(fabric, optimizer, loss)
             losses.append(loss.detach())

@@ -33,7 +33,7 @@ from unlearnbench.errors import UserError
 from unlearnbench.runtime.evaluate import predict
 from unlearnbench.runtime.models import ModelStore, full_state_dict
 from unlearnbench.runtime.seeding import Streams, streams
-from unlearnbench.runtime.train import Batches, descend, float_logits, recipe_optimizer
+from unlearnbench.runtime.train import Batches, NonFiniteStep, descend, float_logits, recipe_optimizer
 
 STEPS, ACCURACY = "relearn_steps", "relearn_acc"
 
@@ -101,7 +101,10 @@ def relearn(learner: Learner, threshold: float, max_steps: int, k: int,
     steps, accuracy = None, None
     for step in range(max_steps + 1):
         if step > 0:
-            learner.step()
+            try:
+                learner.step()
+            except NonFiniteStep:  # a learner that checks its steps (the text task's) stops before a NaN update
+                return Relearnt(None, None)
         measured = start if step == 0 and start is not None else learner.measure()
         if not measured.finite:
             return Relearnt(None, None)

@@ -57,8 +57,7 @@ def predict(fabric: Fabric, model: nn.Module, subset: Subset, batch_size: int, n
     num_batches = max(1, math.ceil(n / batch_size))
     rounds = math.ceil(num_batches / world)
     outputs = []
-    for r in range(rounds):
-        interrupt.check()
+    for r in interrupt.checked(range(rounds)):
         k = r * world + rank
         start = (k if k < num_batches else rank % num_batches) * batch_size
         positions = torch.arange(start, min(start + batch_size, n))

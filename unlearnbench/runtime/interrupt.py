@@ -7,8 +7,10 @@ where `check()` raises `Interrupted` (a KeyboardInterrupt: no `except Exception`
 
 - at the start of a job and between jobs (after each job's count line);
 - between the stages of a job (`progress.stage`);
-- at every batch of every training, unlearning and evaluation loop (`train.batch_positions`, `evaluate.predict`),
-  and at every round of the ranking task, so that a long training stage stops within one step.
+- at every batch of every training, unlearning and evaluation loop and at every round of the ranking task, each
+  loop iterating through `checked` (`train.batch_positions`, `evaluate.predict`, `federation.run_rounds`, the text
+  task's `Items.batches`, `TextTask.pairs` and evaluation batches), so that a long stage stops within one step;
+- at every generated token (`stop_on_interrupt`, a stopping criterion of Hugging Face's `generate`).
 
 Where the process only waits, for the local launcher's workers, SLURM's array tasks or a job's spawned ranks, or
 while the report is built from the files on disk, nothing can be left half-done and the handler raises at once
@@ -27,8 +29,9 @@ import _thread
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -81,6 +84,17 @@ def check() -> None:
     """A safe point: stop here if an interrupt was asked for."""
     if requested is not None:
         raise Interrupted(signal.Signals(requested).name)
+
+
+Item = TypeVar("Item")
+
+
+def checked(items: Iterable[Item]) -> Iterator[Item]:
+    """`items`, one at a time, with a safe point before each: the loop helper every training, unlearning and
+    evaluation loop iterates through, so that none can run a step after an interrupt was asked for."""
+    for item in items:
+        check()
+        yield item
 
 
 @contextmanager

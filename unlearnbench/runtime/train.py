@@ -36,8 +36,8 @@ def batch_positions(n: int, batch_size: int, generator: torch.Generator | None, 
     into global batches of `batch_size`, each cut into one chunk per rank. Every batch is a safe point for an
     interrupt (runtime/interrupt.py): a long training stage stops within one step."""
     order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
-    for start in range(0, batch_size * batch_count(n, batch_size, world_size, training), batch_size):
-        interrupt.check()
+    for start in interrupt.checked(range(0, batch_size * batch_count(n, batch_size, world_size, training),
+                                         batch_size)):
         yield order[start:start + batch_size].tensor_split(world_size)[rank]
 
 
@@ -79,6 +79,21 @@ class Batches:
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         for inputs, labels, _ in self.indexed():
             yield inputs, labels
+
+
+class NonFiniteStep(ArithmeticError):
+    """A training step whose loss or gradient norm is not finite: the run diverged, and the update was not taken.
+    The caller knows which model it trained and which option to lower, and says so (`where` says when)."""
+
+    def __init__(self, step: int, loss: float, gradient_norm: float | None = None) -> None:
+        self.step, self.loss, self.gradient_norm = step, loss, gradient_norm
+        super().__init__(f"diverged {self.where}")
+
+    @property
+    def where(self) -> str:
+        """When and how: the step, its loss, and the gradient norm where the loss was finite but the norm not."""
+        norm = f", gradient norm {self.gradient_norm:.4g}" if math.isfinite(self.loss) else ""
+        return f"at step {self.step} (loss {self.loss:.4g}{norm})"
 
 
 def float_logits(logits: Tensor) -> Tensor:

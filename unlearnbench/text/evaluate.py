@@ -22,6 +22,7 @@ from torch import nn
 
 from unlearnbench.errors import UserError
 from unlearnbench.metrics.examples import ExampleTable
+from unlearnbench.runtime import interrupt
 from unlearnbench.text import metrics
 from unlearnbench.text.data import collate
 from unlearnbench.text.model import Encoder, answer_scores
@@ -127,7 +128,7 @@ class TextEvaluator:
     def scores(self, model: nn.Module, items: Items) -> list:
         with self.fabric.autocast():
             return [answer_scores(model, items.rows(torch.arange(start, min(start + self.batch_size, len(items)))))
-                    for start in range(0, len(items), self.batch_size)]
+                    for start in interrupt.checked(range(0, len(items), self.batch_size))]
 
     def losses(self, model: nn.Module, items: Items) -> np.ndarray:
         return np.concatenate([b.loss.double().cpu().numpy() for b in self.scores(model, items)])
@@ -139,22 +140,34 @@ class TextEvaluator:
         `generate` runs inside the strategy's wrapper (Fabric's `mark_forward_method`), where FSDP gathers the
         parameters it shards; with several ranks every rank takes a step until all are done (`synced_gpus`), as
         sharded weights are gathered by all of them at each step."""
+        from transformers import StoppingCriteriaList
+
         tokenizer = self.encoder.tokenizer
         if is_wrapped(model):
             model.mark_forward_method("generate")
         texts = []
-        for start in range(0, len(prompts), self.batch_size):
+        for start in interrupt.checked(range(0, len(prompts), self.batch_size)):
             chunk = [{"input_ids": p, "labels": p} for p in prompts[start:start + self.batch_size]]
             batch = {k: v.to(self.fabric.device) for k, v in collate(chunk, tokenizer.pad_token_id, left=True).items()}
             with self.fabric.autocast():
                 out = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                                      max_new_tokens=self.max_new_tokens, do_sample=False,
                                      pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                                     synced_gpus=self.fabric.world_size > 1)
+                                     synced_gpus=self.fabric.world_size > 1,
+                                     stopping_criteria=StoppingCriteriaList([StopOnInterrupt()]))
             for row in out[:, batch["input_ids"].shape[1]:].tolist():
                 cut = row.index(tokenizer.eos_token_id) if tokenizer.eos_token_id in row else len(row)
                 texts.append(tokenizer.decode(row[:cut], skip_special_tokens=True).strip())
         return texts
+
+
+class StopOnInterrupt:
+    """A stopping criterion of `generate` that is a safe point at every generated token (runtime/interrupt.py): a
+    long generation (a large model, many new tokens) stops within one token of Ctrl-C. It never ends a sequence."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        interrupt.check()
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
 def split_scores(name: str, out: SplitOutputs) -> dict:

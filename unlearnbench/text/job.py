@@ -34,6 +34,7 @@ from unlearnbench.runtime.cache import ModelCache, cache_key
 from unlearnbench.runtime.fabric import quiet_known_warnings
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.seeding import global_seed, streams
+from unlearnbench.runtime.train import NonFiniteStep
 from unlearnbench.text.data import IDK_ANSWERS, TextData
 from unlearnbench.text.evaluate import FORGET, TextEvaluator, TextExamples, model_scores
 from unlearnbench.text.methods.base import TextMethod, TextTask
@@ -124,7 +125,10 @@ class TextBench:
             return self.model.trained_state(self.fabric, model), meta
 
         with self.outcome.stage(title, stage) as training:
-            entry = self.cache.get_or_build(key, train, group=self.fabric if self.fabric.world_size > 1 else None)
+            try:
+                entry = self.cache.get_or_build(key, train, group=self.fabric if self.fabric.world_size > 1 else None)
+            except NonFiniteStep as diverged:  # nothing was published: the cache never holds a diverged model
+                raise UserError(f"the {stage} model diverged in fine-tuning {diverged.where}; lower train.lr") from None
             training.note("from the cache" if entry.hit else f"fine-tuned, {self.recipe.epochs} epochs")
         meta = entry.meta
         base_seed = meta.get("base_seed", 0)
@@ -176,12 +180,18 @@ class TextBench:
                                                                             method.name, target),
                         self.recipe, original=lambda: self.copy(original), retrained=retrained.module,
                         retrained_cost=retrained.cost)
-        title = f"target {target}: {method.name}"
+        title, diverged = f"target {target}: {method.name}", None
         with self.outcome.stage(title, f"method:{method.name}"), self.monitor.measure() as measured, \
                 progress.training(title), global_seed(task.rng.seed):  # dropout, in a model that has it
             start = self.model.adapt(self.copy(original), streams("lora", "method", self.seeds["unlearn"],
                                                                   method.name, target).seed)
-            unlearned = method.unlearn(start, task)
+            try:
+                unlearned = method.unlearn(start, task)
+            except NonFiniteStep as error:  # every rank stops at the same step (`text.train.step`)
+                diverged = error
+        if diverged is not None:  # a failure, with the cost it had run up
+            self.outcome.add(target, method.name, "unlearned", cost_scores(method.cost(measured, task)))
+            raise Diverged(f"{method.name} diverged {diverged.where}; lower method.lr")
         if self.outcome.lockstep:
             self.outcome.lockstep.together(unit_name(target, method.name))
         return unlearned, method.cost(measured, task)

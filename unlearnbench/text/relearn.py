@@ -54,7 +54,6 @@ class TextLearner:
             yield from self.items.batches(self.batch_size, self.generator)
 
     def step(self) -> None:
-        interrupt.check()  # a safe point, as every training step (runtime/interrupt.py)
         self.model.train()
         batch = next(self.batches)
         loss = token_mean_nll(forward(self.model, batch), batch["labels"])
@@ -67,7 +66,7 @@ class TextLearner:
         self.model.eval()
         nll = tokens = correct = 0.0
         with self.fabric.autocast():
-            for start in range(0, len(self.items), self.eval_batch):
+            for start in interrupt.checked(range(0, len(self.items), self.eval_batch)):
                 batch = self.items.rows(torch.arange(start, min(start + self.eval_batch, len(self.items))))
                 logits = forward(self.model, batch)
                 total, count = sequence_nll(logits, batch["labels"])

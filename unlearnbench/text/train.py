@@ -17,8 +17,9 @@ from lightning_fabric import Fabric
 from lightning_fabric.strategies import DeepSpeedStrategy
 from torch import Tensor, nn
 
+from unlearnbench.runtime import interrupt
 from unlearnbench.runtime.progress import EpochMeter
-from unlearnbench.runtime.train import recipe_schedule
+from unlearnbench.runtime.train import NonFiniteStep, recipe_schedule
 from unlearnbench.text.data import IGNORE, collate
 from unlearnbench.text.losses import shifted, token_mean_nll
 
@@ -56,7 +57,7 @@ class Items:
         """One epoch's batches (this rank's shards of them), in the order of a permutation from `generator` (in
         order with None)."""
         order = torch.randperm(self.size, generator=generator) if generator is not None else torch.arange(self.size)
-        for start in range(0, self.size, batch_size):
+        for start in interrupt.checked(range(0, self.size, batch_size)):
             yield self.shard(order[start:start + batch_size])
 
     def steps(self, batch_size: int) -> int:
@@ -114,13 +115,31 @@ def engine_clips(fabric: Fabric) -> bool:
 
 
 def step(fabric: Fabric, model: nn.Module, optimizer, schedule, loss: Tensor) -> None:
-    """One update: backward through Fabric, the gradient norm clipped at 1.0, the learning rate scheduled."""
+    """One update: backward through Fabric, the gradient norm clipped at 1.0, the learning rate scheduled.
+
+    A non-finite loss or gradient norm raises `NonFiniteStep` instead of the update (the step's number is the
+    schedule's count): the caller records the divergence with what it knows (the model, the option to lower),
+    where clipping would have raised torch's own message or stepped on NaN weights."""
     optimizer.zero_grad(set_to_none=True)
     fabric.backward(loss, model=model)  # DeepSpeed needs it named once several models are set up
-    if not engine_clips(fabric):
-        fabric.clip_gradients(model, optimizer, max_norm=MAX_GRAD_NORM)
+    norm = None if engine_clips(fabric) else fabric.clip_gradients(model, optimizer, max_norm=MAX_GRAD_NORM,
+                                                                   error_if_nonfinite=False)
+    if not finite_step(fabric, loss, norm):
+        raise NonFiniteStep(schedule.last_epoch + 1, float(loss), None if norm is None else float(norm))
     optimizer.step()
     schedule.step()
+
+
+def finite_step(fabric: Fabric, loss: Tensor, norm: Tensor | None) -> bool:
+    """Whether a step's loss is finite on every rank and its gradient norm (of the synchronised gradients) finite.
+    Under a loss scaler (16-mixed) a non-finite norm is an overflow the scaler skips and recovers from, not a
+    divergence. The verdict is reduced over the ranks, so that all of them stop at the same step or none."""
+    bad = ~torch.isfinite(loss.detach())
+    if norm is not None and getattr(fabric.strategy.precision, "scaler", None) is None:
+        bad = bad | ~torch.isfinite(norm.to(bad.device))
+    if fabric.world_size > 1:
+        bad = fabric.all_reduce(bad.float(), reduce_op="sum") > 0
+    return not bool(bad)
 
 
 def fine_tune(fabric: Fabric, model: nn.Module, items: Items, recipe, generator: torch.Generator) -> nn.Module:

@@ -40,6 +40,7 @@ from unlearnbench.ltr.federation import (
     run_rounds,
 )
 from unlearnbench.ltr.methods.base import FederatedTask, InteractingMethod
+from unlearnbench.runtime import interrupt
 
 
 class FedGradientAscent(InteractingMethod):
@@ -64,7 +65,7 @@ def reference_ascent(method: FedGradientAscent, trained: TrainedFederation, task
     malicious, retained = list(scenario.malicious), scenario.retained
     cursor, streams = method.continuing_cursor(trained), task.client_streams()
     model, result = trained.final, Rounds()
-    for _ in range(task.rounds):
+    for _ in interrupt.checked(range(task.rounds)):
         honest = simulator.local_models(model, cursor.take(retained, count), [streams[k] for k in retained],
                                         [HONEST] * len(retained))
         drawn = np.array([streams[k].integers(0, len(task.data.train), count) for k in malicious]).reshape(-1, count)
@@ -84,7 +85,7 @@ def paper_ascent(method: FedGradientAscent, trained: TrainedFederation, task: Fe
     cursor, streams = method.continuing_cursor(trained), task.client_streams()
     epoch = trained.partitions.shape[1]
     model, result = reference, Rounds()
-    for _ in range(min(method.ascent_rounds, task.rounds) if malicious else 0):
+    for _ in interrupt.checked(range(min(method.ascent_rounds, task.rounds) if malicious else 0)):
         local, online = simulator.local_models(model, cursor.take(malicious, epoch), [streams[k] for k in malicious],
                                                [ASCENDER] * len(malicious), constraint=project)
         model = fedavg(local)

@@ -33,6 +33,7 @@ import numpy as np
 from unlearnbench.config import AT_LEAST_1, POSITIVE, Range
 from unlearnbench.ltr.federation import HONEST, QueryCursor, Rounds, TrainedFederation
 from unlearnbench.ltr.methods.base import FederatedTask, InteractingMethod
+from unlearnbench.runtime import interrupt
 
 
 class FedEraser(InteractingMethod):
@@ -59,7 +60,7 @@ def reference_eraser(method: FedEraser, trained: TrainedFederation, task: Federa
     stored_updates = trained.locals[:, retained].mean(1) - trained.globals[:-1]  # mean_k U_k^t, T × F
     model = trained.locals[0, retained].mean(0)  # Ũ^1
     result = Rounds([model], [np.nan])
-    for t in range(1, task.rounds):
+    for t in interrupt.checked(range(1, task.rounds)):
         local, online = task.simulator.local_models(model, cursor.take(retained, method.interactions_per_round),
                                                     [streams[k] for k in retained], [HONEST] * len(retained))
         new = local.mean(0)
@@ -79,7 +80,7 @@ def paper_eraser(method: FedEraser, trained: TrainedFederation, task: FederatedT
     calibration = math.ceil(method.calibration_ratio * per_round)
     model = trained.globals[0] + updates[0].mean(0)  # M̃^1
     result = Rounds([model], [np.nan])
-    for t in range(0, len(updates), method.retaining_interval)[1: task.rounds]:  # t_1, t_2, …
+    for t in interrupt.checked(range(0, len(updates), method.retaining_interval)[1: task.rounds]):  # t_1, …
         cursor = QueryCursor(trained.partitions, QueryCursor.pointers_at(trained.partitions, t, per_round))
         local, online = task.simulator.local_models(model, cursor.take(retained, calibration),
                                                     [streams[k] for k in retained], [HONEST] * len(retained))

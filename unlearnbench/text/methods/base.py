@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from unlearnbench.config import AT_LEAST_0, Range
 from unlearnbench.methods.base import Method
+from unlearnbench.runtime import interrupt
 from unlearnbench.runtime.monitor import Cost
 from unlearnbench.runtime.seeding import Streams
 from unlearnbench.text.losses import kl_to_reference, token_mean_nll
@@ -65,7 +66,7 @@ class TextTask:
         The global batch is drawn alike on every rank; each rank takes its own slice of it (`Items.shard`), so no
         two ranks see the same retain examples (open-unlearning #139) and the ranks together step as one process."""
         order = torch.randperm(len(self.forget), generator=self.rng.torch)
-        for start in range(0, len(self.forget), batch_size):
+        for start in interrupt.checked(range(0, len(self.forget), batch_size)):
             rows = order[start:start + batch_size]
             drawn = torch.randint(len(self.retain), (len(rows),), generator=self.rng.torch)
             draws = torch.randint(2**62, (len(rows),), generator=self.rng.torch)
