@@ -200,3 +200,42 @@ def test_an_interrupt_that_lands_in_a_finalizer_is_raised_again_outside_it(monke
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     assert printed == [] and interrupt.requested == signal.SIGINT
+
+
+TEXT = ["experiment=tofu", "train.epochs=40", "runtime.print_table=false"]
+# Where Ctrl-C lands in a text job: the progress line after which it is sent, the job's further overrides, and how
+# many models the cache holds afterwards (those finished before the interrupt: never the interrupted one).
+TEXT_STAGES = {
+    "original": ("original model (training seed 0): epoch 2/40", [], 0),
+    "retrained": ("retrained model (unlearning seed 0): epoch 2/40", [], 1),
+    "method": ("target forget10: grad_ascent: started", ["method.epochs=2000"], 2),
+    "evaluation": ("target forget10: evaluation of M_r and M_o: started", [], 2),
+}
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("stage", TEXT_STAGES)
+def test_ctrl_c_inside_a_text_stage_stops_within_seconds_and_caches_nothing_it_interrupted(tmp_path, stage):
+    """M_o's or M_r's fine-tuning, a method's steps, the evaluation: each stops at its next batch (or generated
+    token), exits 130 in one line within 5 s, publishes no model it was training and writes no result.json; the
+    same command then completes in the same folder (shown once, from M_o's fine-tuning)."""
+    line, extra, cached = TEXT_STAGES[stage]
+    args = [*TEXT, "+method=grad_ascent", *extra]
+    process = start(args, tmp_path)
+    for printed in process.stdout:
+        if line in printed:
+            break
+    if stage == "method":
+        time.sleep(0.5)  # inside the method's steps, past its set-up
+    sent = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(120)
+    assert time.monotonic() - sent < 5
+    assert_stopped_in_one_line(process.returncode, stdout, stderr)
+    assert len(list((tmp_path / "cache").glob("*/COMPLETE"))) == cached
+    assert not list((tmp_path / "sweep").glob("*/result.json"))
+    if stage == "original":
+        rerun = start(args, tmp_path)
+        _, stderr = rerun.communicate(600)
+        assert rerun.returncode == 0, stderr[-3000:]
+        assert [r["status"] for r in results(tmp_path / "sweep").values()] == ["complete"]

@@ -125,7 +125,7 @@ def step(fabric: Fabric, model: nn.Module, optimizer, schedule, loss: Tensor) ->
     norm = None if engine_clips(fabric) else fabric.clip_gradients(model, optimizer, max_norm=MAX_GRAD_NORM,
                                                                    error_if_nonfinite=False)
     if not finite_step(fabric, loss, norm):
-        raise NonFiniteStep(schedule.last_epoch + 1, float(loss), None if norm is None else float(norm))
+        raise NonFiniteStep(schedule.last_epoch + 1, float(loss.detach()), None if norm is None else float(norm))
     optimizer.step()
     schedule.step()
 
