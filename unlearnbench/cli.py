@@ -156,6 +156,11 @@ def report_main() -> None:
         parser.exit(2, f"unlearnbench-report: not a folder: {', '.join(missing)}\n")
     from unlearnbench.files import WriteError
     from unlearnbench.report.build import build_report, failed_methods, failure_lines, method_failure_lines
+    from unlearnbench.report.collect import result_files
+
+    if not result_files(args.folders):  # an empty report would look like a sweep whose jobs left no trace
+        parser.exit(2, f"unlearnbench-report: no result.json under {', '.join(map(str, args.folders))}; give the "
+                       f"sweep folder (hydra.sweep.dir) whose job folders hold result.json, once a job has finished\n")
 
     out = args.out or args.folders[0] / "report"
     try:

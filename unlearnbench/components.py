@@ -10,7 +10,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,19 +61,101 @@ def target_of(cfg: Mapping[str, Any], kind: str) -> Any:
         raise UserError(f"{kind} {cfg.get('name', '')}: cannot import _target_ {path} ({error})") from None
 
 
-def option_names(target: Any) -> list[str]:
-    """Keyword arguments `target` accepts, following `**kwargs` up a class's bases (e.g. a dataset's loader options
-    followed by the options every dataset takes)."""
+def option_types(target: Any) -> dict[str, Any]:
+    """Keyword arguments `target` accepts and their annotations (Any where there is none, or where it cannot be
+    resolved), following `**kwargs` up a class's bases (e.g. a dataset's loader options followed by the options
+    every dataset takes); the first function that names an option decides its type."""
     functions = [vars(c)["__init__"] for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) \
         else [target]
-    names: list[str] = []
+    options: dict[str, Any] = {}
     for function in functions:
         parameters = inspect.signature(function).parameters.values()
-        names += [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                  and p.name != "self"]
+        try:
+            hints = typing.get_type_hints(function)
+        except Exception:  # a forward reference only a type checker sees: leave that function's options unchecked
+            hints = {}
+        for p in parameters:
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self":
+                options.setdefault(p.name, hints.get(p.name, Any))
         if not any(p.kind is p.VAR_KEYWORD for p in parameters):
             break
-    return list(dict.fromkeys(names))
+    return options
+
+
+def option_names(target: Any) -> list[str]:
+    return list(option_types(target))
+
+
+def admits(annotation: Any, value: Any) -> bool:
+    """Whether `value`, as a YAML config or a command line gives it, fits `annotation`: an int where a float is
+    asked for, never a bool where a number is (YAML's true is no count), any list where a sequence is."""
+    origin, arguments = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is Any or isinstance(annotation, typing.TypeVar):
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(admits(member, value) for member in arguments)
+    if origin is typing.Literal:
+        return value in arguments
+    if annotation is type(None):
+        return value is None
+    if annotation is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    kind = origin or annotation
+    if not isinstance(kind, type):
+        return True  # a construct this check does not model: the constructor decides
+    if issubclass(kind, Mapping):
+        return isinstance(value, Mapping)
+    if issubclass(kind, Sequence) and not issubclass(kind, str | bytes):
+        return isinstance(value, Sequence) and not isinstance(value, str | bytes) and all(
+            admits(element(arguments), item) for item in value)
+    return isinstance(value, kind)
+
+
+def element(arguments: tuple) -> Any:
+    """The type of every item of a sequence type with these arguments: list[int]'s, tuple[int, ...]'s; Any for a
+    bare sequence or a tuple of mixed types."""
+    return arguments[0] if len(arguments) == 1 or arguments[1:] == (Ellipsis,) else Any
+
+
+PLURALS = {int: "integers", float: "numbers", str: "strings", bool: "true or false values"}
+
+
+def described(annotation: Any) -> str:
+    """What `annotation` admits, in a user's words."""
+    origin, arguments = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(described(member) for member in arguments)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(str, arguments))
+    names = {type(None): "null", bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    if annotation in names:
+        return names[annotation]
+    kind = origin or annotation
+    if isinstance(kind, type) and issubclass(kind, Mapping):
+        return "a mapping"
+    if isinstance(kind, type) and issubclass(kind, Sequence):
+        return f"a list of {PLURALS.get(element(arguments), 'values')}"
+    return getattr(kind, "__name__", str(kind))
+
+
+def type_problems(target: Any, options: Mapping[str, Any], kind: str) -> list[str]:
+    """The options whose value does not fit the annotation of the argument it becomes. A target whose options may
+    be mappings by model, dataset or scenario name (`keyed_settings`, methods.base.setting) has each value of such
+    a mapping checked instead."""
+    annotations, keyed = option_types(target), getattr(target, "keyed_settings", False)
+    problems = []
+    for name, value in options.items():
+        annotation = annotations.get(name, Any)
+        leaves = [value]
+        while keyed and any(isinstance(v, Mapping) for v in leaves) and not admits(annotation, {}):
+            leaves = [leaf for v in leaves for leaf in (v.values() if isinstance(v, Mapping) else [v])]
+        wrong = [leaf for leaf in leaves if not admits(annotation, leaf)]
+        if wrong:
+            shown = "null" if wrong[0] is None else repr(wrong[0])
+            problems.append(f"{kind}.{name}={shown} is not valid; valid: {described(annotation)}")
+    return problems
 
 
 def build(cfg: Mapping[str, Any], kind: str, **extra: Any) -> Any:
@@ -83,6 +167,9 @@ def build(cfg: Mapping[str, Any], kind: str, **extra: Any) -> Any:
     if unknown:
         raise UserError(f"{kind} {cfg.get('name', '')}: unknown option {', '.join(unknown)}; "
                         f"valid options: {', '.join(v for v in valid if v not in extra)}")
+    problems = type_problems(target, {k: v for k, v in kwargs.items() if k not in extra}, kind)
+    if problems:
+        raise UserError(f"{kind} {cfg.get('name', '')}: {'; '.join(problems)}")
     check = getattr(target, "check_options", None)  # a component may declare the ranges of its options
     if callable(check):
         check(kwargs)

@@ -108,6 +108,7 @@ class Method(ABC):
     task: ClassVar[str] = "image_classification"
     deterministic: ClassVar[bool] = False  # same M_u for every unlearning seed, given M_o, in targeted scenarios
     ranges: ClassVar[dict[str, Range]] = {}  # this method's own option ranges (besides SHARED_RANGES)
+    keyed_settings: ClassVar[bool] = True  # any option may be a mapping by model, dataset or scenario (`setting`)
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:

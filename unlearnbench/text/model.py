@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 from lightning_fabric import Fabric
 from torch import Tensor, nn
 
+from unlearnbench.config import AT_LEAST_1, Range
 from unlearnbench.errors import UserError
 from unlearnbench.runtime.models import full_state_dict
 from unlearnbench.runtime.seeding import global_seed
@@ -26,17 +29,26 @@ from unlearnbench.text.data import IGNORE, Template, chat_prompt, encode, encode
 from unlearnbench.text.losses import shifted
 
 
+def tiny_llama_config(vocab_size: int, layers: int, hidden: int, heads: int, max_positions: int,
+                      pad_token_id: int, bos_token_id: int, eos_token_id: int):
+    """The `LlamaConfig` of `tiny_llama`."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 2,
+                       num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+                       max_position_embeddings=max_positions, pad_token_id=pad_token_id,
+                       bos_token_id=bos_token_id, eos_token_id=eos_token_id, tie_word_embeddings=False,
+                       attn_implementation="eager")
+
+
 def tiny_llama(vocab_size: int, seed: int, layers: int = 2, hidden: int = 64, heads: int = 4,
                max_positions: int = 128, pad_token_id: int = 0, bos_token_id: int = 2, eos_token_id: int = 3):
     """A randomly initialised `LlamaForCausalLM`, its weights N(0, 0.02²) (the config's initializer_range, as
     Hugging Face initialises Llama) drawn from `torch.Generator().manual_seed(seed)`; norms at 1."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 2,
-                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
-                         max_position_embeddings=max_positions, pad_token_id=pad_token_id,
-                         bos_token_id=bos_token_id, eos_token_id=eos_token_id, tie_word_embeddings=False,
-                         attn_implementation="eager")
+    config = tiny_llama_config(vocab_size, layers, hidden, heads, max_positions, pad_token_id, bos_token_id,
+                               eos_token_id)
     with torch.random.fork_rng(devices=[]):  # Hugging Face's own initialisation draws from the global RNG
         model = LlamaForCausalLM(config)
     generator = torch.Generator().manual_seed(seed)
@@ -98,6 +110,18 @@ class CausalLM:
     branch, with `system_prompt` and the fixed `date_string` the reference passes) or the tag strings (its tag
     branch)."""
 
+    ranges: ClassVar[dict[str, Range]] = {option: AT_LEAST_1 for option in (
+        "layers", "hidden", "heads", "max_length", "max_new_tokens")}
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """One `UserError` naming every option outside its range (`components.build` calls this before the
+        constructor): a generation of no token, say, would only fail after M_o and M_r are trained."""
+        problems = [f"model.{option}={options[option]!r} is not valid; valid: {valid}"
+                    for option, valid in cls.ranges.items() if option in options and not valid.admits(options[option])]
+        if problems:
+            raise UserError(f"model {options.get('name', 'causal_lm')}: {'; '.join(problems)}")
+
     def __init__(self, name: str = "causal_lm", pretrained: str | None = None, layers: int = 2, hidden: int = 64,
                  heads: int = 4, max_length: int = 128, chat_template: bool = False, system_prompt: str | None = None,
                  user_start: str = "Question: ", user_end: str = "\n", assistant_start: str = "Answer: ",
@@ -111,18 +135,35 @@ class CausalLM:
         self.lora = lora_settings(name, lora)
 
     def tokenizer(self, texts: list[str]):
-        """The tokenizer: the pretrained one, or one learnt from `texts` and the tag strings."""
+        """The tokenizer: the pretrained one, or one learnt from `texts` and the tag strings. The settings that need
+        it are checked here, before any model is trained: the chat template, LoRA's target modules."""
         if self.pretrained is None:
-            return train_tokenizer(texts, self.template.tags())
-        from transformers import AutoTokenizer
+            tokenizer = train_tokenizer(texts, self.template.tags())
+        else:
+            from transformers import AutoTokenizer
 
-        tokenizer = local_pretrained(AutoTokenizer, self.pretrained)
-        if tokenizer.pad_token_id is None:  # as OpenUnlearning's get_tokenizer: pad := eos
-            tokenizer.pad_token = tokenizer.eos_token
+            tokenizer = local_pretrained(AutoTokenizer, self.pretrained)
+            if tokenizer.pad_token_id is None:  # as OpenUnlearning's get_tokenizer: pad := eos
+                tokenizer.pad_token = tokenizer.eos_token
         if self.chat_template and not getattr(tokenizer, "chat_template", None):
-            raise UserError(f"model {self.name}: model.chat_template is true but the tokenizer of {self.pretrained} "
-                            f"has no chat template; set model.chat_template=false to use the tag strings")
+            which = "the built-in tokenizer (model.pretrained null)" if self.pretrained is None else \
+                f"the tokenizer of {self.pretrained}"
+            raise UserError(f"model {self.name}: model.chat_template is true but {which} has no chat template; set "
+                            f"model.chat_template=false to use the tag strings")
+        if self.adapted:
+            check_targets(self.name, self.skeleton(tokenizer), self.lora["target_modules"])
         return tokenizer
+
+    def skeleton(self, tokenizer) -> nn.Module:
+        """The model's modules without its weights (on the meta device): what LoRA's targets are checked against
+        before anything is loaded or trained."""
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = local_pretrained(AutoConfig, self.pretrained) if self.pretrained is not None else tiny_llama_config(
+            len(tokenizer), self.layers, self.hidden, self.heads, self.max_length, tokenizer.pad_token_id,
+            tokenizer.bos_token_id, tokenizer.eos_token_id)
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            return AutoModelForCausalLM.from_config(config)
 
     def new(self, tokenizer, seed: int) -> nn.Module:
         """A fresh model: the pretrained weights, or a tiny Llama initialised from `seed`."""
@@ -220,8 +261,59 @@ def lora_settings(name: str, lora: Mapping[str, Any] | None) -> dict:
     return settings
 
 
+def adaptable(model: nn.Module) -> list[str]:
+    """The dotted names of the modules of `model` that LoRA can adapt (peft's LoRA layer types)."""
+    from transformers.pytorch_utils import Conv1D
+
+    kinds = (nn.Linear, nn.Embedding, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.MultiheadAttention, Conv1D)
+    return [name for name, module in model.named_modules() if name and isinstance(module, kinds)]
+
+
+def check_targets(name: str, model: nn.Module, targets: list[str]) -> None:
+    """A `UserError` naming each of LoRA's `targets` that matches no adaptable module of `model` (peft's rule: the
+    module's dotted name is the target or ends with '.' and it), and the names that would match."""
+    names = adaptable(model)
+    unmatched = [t for t in targets if not any(n == t or n.endswith(f".{t}") for n in names)]
+    if unmatched:
+        valid = dict.fromkeys(n.rsplit(".", 1)[-1] for n in names)
+        raise UserError(f"model {name}: model.lora.target_modules has {', '.join(map(str, unmatched))}, which names "
+                        f"no module of the model that LoRA can adapt; valid: {', '.join(valid)}")
+
+
+# A folder holds a model where it has these: the config, weights in one of the layouts `from_pretrained` reads
+# (whole or sharded, safetensors or PyTorch's), and a tokenizer (its config, or the vocabulary of a fast, BPE,
+# WordPiece or SentencePiece one).
+MODEL_PARTS = {
+    "config.json": ("config.json",),
+    "the weights (model.safetensors, pytorch_model.bin or their shards)": (
+        "*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json"),
+    "the tokenizer (tokenizer.json, tokenizer_config.json, tokenizer.model, vocab.json, …)": (
+        "tokenizer.json", "tokenizer_config.json", "*.model", "*.tiktoken", "vocab.*"),
+}
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")  # huggingface_hub's repo ids: name or owner/name
+
+
+def pretrained_problem(source: str) -> str | None:
+    """What is wrong with `model.pretrained` before transformers reads it: a path to no folder, or a folder without
+    a model's parts; None for a complete folder or a hub id (the local cache answers for that)."""
+    folder = Path(source)
+    if folder.is_dir():
+        lacks = [part for part, patterns in MODEL_PARTS.items()
+                 if not any(any(folder.glob(pattern)) for pattern in patterns)]
+        listed = ", ".join(lacks[:-1]) + " and " + lacks[-1] if len(lacks) > 1 else "".join(lacks)
+        return f"the folder holds no model, it lacks {listed}" if lacks else None
+    if folder.exists():
+        return "a file, not a folder"
+    return None if HUB_ID.fullmatch(source) else "no such folder"
+
+
 def local_pretrained(loader, source: str, **options):
     """`loader.from_pretrained(source)` from local files only: a folder, or a hub id in the local HF cache."""
+    problem = pretrained_problem(source)
+    if problem:
+        raise UserError(f"cannot load model.pretrained={source}: {problem}; give model.pretrained as a folder holding "
+                        f"the model's config, weights and tokenizer (as save_pretrained writes them), or a hub id "
+                        f"(owner/name) already in the local Hugging Face cache (nothing is downloaded)")
     try:
         return loader.from_pretrained(source, local_files_only=True, **options)
     except OSError as error:

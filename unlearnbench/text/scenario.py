@@ -79,6 +79,10 @@ class ForgetEntities:
         """The splits of the forget set chosen here (a drawn one from `generator`, of the forget seed)."""
         entities = self.forget_entities(data, generator)
         forget, retain = data.split(entities)
+        if not retain:
+            raise UserError(f"scenario {self.name}: split {self.fixed_split} of dataset {data.name} holds all "
+                            f"{len(entities)} entities of its full set, which leaves nothing to retain (M_r is "
+                            f"trained on the rest); valid: a fixed split that leaves at least one entity of full")
         unscorable = [r["entity"] for r in forget if not r.get("paraphrased_answer") or not r.get("perturbed_answer")]
         if unscorable:
             raise UserError(f"dataset {data.name}: the forget set's entity {unscorable[0]!r} has no paraphrased and "

@@ -307,7 +307,7 @@ class Tofu:
 
     def load(self) -> TextData:
         source = self.source()
-        full = [dict(r, entity=author(i)) for i, r in enumerate(_config(source, "full"))]
+        full = [dict(r, entity=author(i)) for i, r in enumerate(_whole_authors(source))]
         authors = Authors(full, f"{source.label}: {source.shown('full')}")
         forgets = {p: _merge(source, f"forget{p}_perturbed", full, authors)
                    for p in PERCENTS if source.files(f"forget{p}_perturbed")}
@@ -322,6 +322,18 @@ class Tofu:
                         holdouts={f"forget{p}": every_holdout[p] for p in pairs}, retain_perturbed=retain, **general)
 
 
+def _whole_authors(source: Folder | ArrowCache) -> list[dict]:
+    """`full`'s records, refused unless they are whole blocks of 20: row i's author is i // 20, and one row more or
+    less would put every later row with the wrong author."""
+    records = _config(source, "full")
+    if len(records) % PER_AUTHOR:
+        raise UserError(f"{source.label}: {source.shown('full')} holds {len(records):,} rows, not a multiple of "
+                        f"{PER_AUTHOR}: TOFU's full has {PER_AUTHOR} consecutive rows per author (4,000 for its 200 "
+                        f"authors), which is how each row's author is known; use the full.json of one download of "
+                        f"{REPO}")
+    return records
+
+
 def _entities(full: list[dict], records: list[dict]) -> tuple[str, ...]:
     """The entities of `records`, in their order in `full`."""
     chosen = {record["entity"] for record in records}
@@ -331,9 +343,15 @@ def _entities(full: list[dict], records: list[dict]) -> tuple[str, ...]:
 def _merge(source: Folder | ArrowCache, config: str, full: list[dict], authors: Authors) -> list[dict]:
     """A `*_perturbed` config's records with the entities of their `full` rows; those rows get the config's
     paraphrased and perturbed answers (and paraphrased question), which `full` lacks and the truth ratio needs."""
-    records = []
+    records, rows = [], {}  # rows: the first row of the config on each `full` row
     for n, record in enumerate(_config(source, config), start=1):
-        i = authors.index(record, f"{source.label}: {source.shown(config)} row {n}")
+        where = f"{source.label}: {source.shown(config)} row {n}"
+        i = authors.index(record, where)
+        if i in rows and config.startswith("forget"):
+            raise UserError(f"{where} repeats row {rows[i]} (question {record['question'][:60]!r}): a forget split "
+                            f"holds each QA of its authors once, and another of them is then missing; use the files "
+                            f"of one download of {REPO}")
+        rows.setdefault(i, n)
         full[i].update({key: record[key] for key in EXTRA if key in record})
         records.append(dict(record, entity=full[i]["entity"]))
     return records
