@@ -114,6 +114,12 @@ def test_lora_targets_the_model_does_not_have(tmp_path):
                      "down_proj, lm_head")
 
 
+def test_lora_targets_given_as_one_string(tmp_path):
+    error = failed_before_training(tmp_path, ["model.lora.enabled=true", "model.lora.target_modules=q_proj"])
+    assert error == ("model causal_lm: model.lora.target_modules='q_proj' is not valid; valid: a list of the names of "
+                     "the modules to adapt, e.g. [q_proj, v_proj]")
+
+
 @pytest.mark.parametrize("tokens", [0, -3])
 def test_no_tokens_to_generate(tmp_path, tokens):
     error = failed_before_training(tmp_path, [f"model.max_new_tokens={tokens}"])
@@ -133,13 +139,12 @@ def perturbed(author: int, j: int) -> dict:
 
 
 def tofu_folder(root: Path, full_authors: range, forget10: list[dict] | None = None,
-                full_extra: list[dict] = ()) -> Path:
+                full_extra: list[dict] = (), retain: list[dict] | None = None) -> Path:
     """TOFU's required configs as JSON lines: `full` of 20 QA per author (and `full_extra` rows after them),
-    forget10_perturbed the last author's rows unless given, retain_perturbed the first author's."""
-    last = full_authors[-1]
+    forget10_perturbed the last author's rows and retain_perturbed the first author's unless given."""
     configs = {"full": [qa(a, j) for a in full_authors for j in range(PER_AUTHOR)] + list(full_extra),
-               "forget10_perturbed": forget10 or [perturbed(last, j) for j in range(PER_AUTHOR)],
-               "retain_perturbed": [perturbed(full_authors[0], j) for j in range(PER_AUTHOR)],
+               "forget10_perturbed": forget10 or [perturbed(full_authors[-1], j) for j in range(PER_AUTHOR)],
+               "retain_perturbed": retain or [perturbed(full_authors[0], j) for j in range(PER_AUTHOR)],
                "holdout10": [{"question": f"Hold {i}?", "answer": f"Held {i}."} for i in range(PER_AUTHOR)],
                "real_authors_perturbed": [{"question": "Who?", "answer": "Her.", "perturbed_answer": ["Him."]}],
                "world_facts_perturbed": [{"question": "Where?", "answer": "Here.", "perturbed_answer": ["There."]}]}
@@ -184,6 +189,14 @@ def test_a_full_set_that_is_not_20_rows_per_author(tmp_path, tofu):
     assert error == (f"{tmp_path / 'tofu'} (dataset.root): full.json holds 61 rows, not a multiple of 20: TOFU's full "
                      "has 20 consecutive rows per author (4,000 for its 200 authors), which is how each row's author "
                      "is known; use the full.json of one download of locuslab/TOFU")
+
+
+def test_a_retain_perturbed_only_about_forgotten_authors(tmp_path, tofu):
+    tofu_folder(tmp_path / "tofu", range(3), retain=[perturbed(2, j) for j in range(PER_AUTHOR)])
+    error = failed_before_training(tmp_path, tofu)
+    assert error == ("dataset tofu: every row of its retain_perturbed is about an entity of the forget set forget10, "
+                     "which leaves the retain metrics nothing to read; use the files of one download of TOFU (its "
+                     "retain_perturbed is about retained authors)")
 
 
 # ------------------------------------------------------------------------------------------------ the report

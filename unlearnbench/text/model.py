@@ -253,8 +253,9 @@ def lora_settings(name: str, lora: Mapping[str, Any] | None) -> dict:
         problems.append(f"model.lora.alpha={settings['alpha']} is not valid; valid: > 0")
     if not isinstance(settings["dropout"], int | float) or not 0 <= settings["dropout"] < 1:
         problems.append(f"model.lora.dropout={settings['dropout']} is not valid; valid: in [0, 1)")
-    if not settings["target_modules"]:
-        problems.append("model.lora.target_modules is empty; name the modules to adapt, e.g. [q_proj, v_proj]")
+    if not settings["target_modules"] or isinstance(settings["target_modules"], str):
+        problems.append(f"model.lora.target_modules={settings['target_modules']!r} is not valid; valid: a list of the "
+                        f"names of the modules to adapt, e.g. [q_proj, v_proj]")
     if problems:
         raise UserError(f"model {name}: {'; '.join(problems)}")
     settings["target_modules"] = list(settings["target_modules"])

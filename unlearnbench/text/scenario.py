@@ -91,5 +91,9 @@ class ForgetEntities:
         holdout = data.holdouts.get(self.fixed_split, data.holdout)
         retain_eval = retain if data.retain_perturbed is None else [
             r for r in data.retain_perturbed if r["entity"] not in entities]
+        if not retain_eval:
+            raise UserError(f"dataset {data.name}: every row of its retain_perturbed is about an entity of the forget "
+                            f"set {self.targets(data)[0]}, which leaves the retain metrics nothing to read; use the "
+                            f"files of one download of TOFU (its retain_perturbed is about retained authors)")
         return TextSplits(forget=forget, retain=retain, holdout=holdout, retain_eval=retain_eval,
                           general_authors=data.real_authors, general_facts=data.world_facts, entities=entities)
