@@ -195,8 +195,8 @@ def test_a_retain_perturbed_only_about_forgotten_authors(tmp_path, tofu):
     tofu_folder(tmp_path / "tofu", range(3), retain=[perturbed(2, j) for j in range(PER_AUTHOR)])
     error = failed_before_training(tmp_path, tofu)
     assert error == ("dataset tofu: every row of its retain_perturbed is about an entity of the forget set forget10, "
-                     "which leaves the retain metrics nothing to read; use the files of one download of TOFU (its "
-                     "retain_perturbed is about retained authors)")
+                     "which leaves the retain metrics nothing to read; forget fewer entities, or use the files of one "
+                     "download of TOFU (whose retain_perturbed is about retained authors)")
 
 
 # ------------------------------------------------------------------------------------------------ the report

@@ -162,7 +162,7 @@ class CausalLM:
         config = local_pretrained(AutoConfig, self.pretrained) if self.pretrained is not None else tiny_llama_config(
             len(tokenizer), self.layers, self.hidden, self.heads, self.max_length, tokenizer.pad_token_id,
             tokenizer.bos_token_id, tokenizer.eos_token_id)
-        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):  # the global RNG as it was, whatever it draws
             return AutoModelForCausalLM.from_config(config)
 
     def new(self, tokenizer, seed: int) -> nn.Module:

@@ -93,7 +93,8 @@ class ForgetEntities:
             r for r in data.retain_perturbed if r["entity"] not in entities]
         if not retain_eval:
             raise UserError(f"dataset {data.name}: every row of its retain_perturbed is about an entity of the forget "
-                            f"set {self.targets(data)[0]}, which leaves the retain metrics nothing to read; use the "
-                            f"files of one download of TOFU (its retain_perturbed is about retained authors)")
+                            f"set {self.targets(data)[0]}, which leaves the retain metrics nothing to read; forget "
+                            f"fewer entities, or use the files of one download of TOFU (whose retain_perturbed is "
+                            f"about retained authors)")
         return TextSplits(forget=forget, retain=retain, holdout=holdout, retain_eval=retain_eval,
                           general_authors=data.real_authors, general_facts=data.world_facts, entities=entities)
