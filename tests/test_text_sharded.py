@@ -59,8 +59,10 @@ def test_generation_runs_inside_the_strategy_wrapper_and_gives_the_same_text():
 
 
 class EngineFabric:
-    """What `text.train` uses of a Fabric under DeepSpeed: its strategy's config, setup, backward, and a
-    `clip_gradients` that refuses, as Fabric's does for DeepSpeed."""
+    """What `text.train` uses of a Fabric under DeepSpeed: its strategy's config, setup, backward, the world size
+    (one process), and a `clip_gradients` that refuses, as Fabric's does for DeepSpeed."""
+
+    world_size = 1
 
     def __init__(self) -> None:
         self.strategy = DeepSpeedStrategy.__new__(DeepSpeedStrategy)  # the type only: deepspeed is not installed
