@@ -4,6 +4,7 @@ under DeepSpeed the engine clips the gradients and each backward names the model
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -13,6 +14,7 @@ from lightning_fabric.strategies import DeepSpeedStrategy, FSDPStrategy
 from lightning_fabric.wrappers import _FabricModule
 from torch import nn
 
+from unlearnbench.runtime.train import NonFiniteStep
 from unlearnbench.text.data import fictitious
 from unlearnbench.text.evaluate import TextEvaluator
 from unlearnbench.text.job import shards_weights
@@ -97,3 +99,14 @@ def test_relearn_time_is_refused_where_the_weights_are_split_across_ranks():
     assert shards_weights(fsdp) and shards_weights(SimpleNamespace(strategy=zero[0]))
     assert not shards_weights(SimpleNamespace(strategy=zero[1]))
     assert not shards_weights(Fabric(accelerator="cpu", devices=1))
+
+
+def test_under_deepspeed_a_non_finite_loss_still_stops_before_the_update():
+    """The engine clips, so no gradient norm comes back to check: the loss alone decides."""
+    fabric = EngineFabric()
+    model = nn.Linear(3, 1)
+    before = model.weight.detach().clone()
+    model, optimizer, schedule = adamw(fabric, model, 0.1, 0.0, 1, 2, 0.0)
+    with pytest.raises(NonFiniteStep, match=r"^diverged at step 1 \(loss nan\)$"):
+        step(fabric, model, optimizer, schedule, model(torch.ones(2, 3)).sum() * math.nan)
+    assert torch.equal(model.weight, before)
