@@ -155,8 +155,8 @@ def report_main() -> None:
     if missing:
         parser.exit(2, f"unlearnbench-report: not a folder: {', '.join(missing)}\n")
     from unlearnbench.files import WriteError
-    from unlearnbench.report.build import build_report, failed_methods, failure_lines, method_failure_lines
-    from unlearnbench.report.collect import result_files
+    from unlearnbench.report.build import build_report, failure_lines, method_failure_lines
+    from unlearnbench.report.collect import failed_methods, result_files
 
     if not result_files(args.folders):  # an empty report would look like a sweep whose jobs left no trace
         parser.exit(2, f"unlearnbench-report: no result.json under {', '.join(map(str, args.folders))}; give the "

@@ -206,7 +206,7 @@ class Leaderboard:
 
 
 @dataclass
-class Report:
+class ReportOptions:
     """The end-of-sweep report's options (`unlearnbench-report --target-se` for a rebuilt one)."""
 
     target_se: float = ranged(0.01, POSITIVE)  # the standard error a method's mean should reach (seed plan)
@@ -216,7 +216,7 @@ class Report:
 
 
 @dataclass
-class Study:
+class StudyDesign:
     """The seed-sensitivity design of `experiment=seed_sensitivity`: I training seeds × J unlearning seeds nested in
     each. `repeat` is the unlearning index j in 0..J-1 (swept); the unlearning seed is seeds.train·J + repeat."""
 
@@ -242,10 +242,10 @@ class Config:
     train: TrainRecipe = field(default_factory=TrainRecipe)
     evaluation: Evaluation = field(default_factory=Evaluation)
     runtime: Runtime = field(default_factory=Runtime)
-    report: Report = field(default_factory=Report)
+    report: ReportOptions = field(default_factory=ReportOptions)
     method: Any = None  # absent from the defaults list: `+method=X` selects, none means every method of the task
     methods: list[str] | None = None  # without `+method`: only these of the task's methods, in one job
-    study: Study | None = None  # set by `experiment=seed_sensitivity`
+    study: StudyDesign | None = None  # set by `experiment=seed_sensitivity`
 
 
 ConfigStore.instance().store(name="unlearnbench_schema", node=Config)

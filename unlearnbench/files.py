@@ -1,4 +1,5 @@
-"""Files written whole or not at all, so that an interrupted job never leaves a half-written file behind."""
+"""Files written whole or not at all, so that an interrupted job never leaves a half-written file behind; and the
+names of a job folder's files, which the job writes and the report reads."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+
+RESULT = "result.json"  # a job's records and outcome (DESIGN.md's results contract)
+EXAMPLES = "examples.parquet"  # its per-example outputs, beside RESULT (metrics/examples.py)
 
 
 class WriteError(OSError):

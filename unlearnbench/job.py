@@ -39,7 +39,7 @@ from unlearnbench.data.base import full_pool
 from unlearnbench.data.scenarios import Scenario, Splits
 from unlearnbench.data.transforms import Normalizer
 from unlearnbench.errors import FILE_ONLY, UserError
-from unlearnbench.files import WriteError, remove_file, write_atomically
+from unlearnbench.files import EXAMPLES, RESULT, WriteError, remove_file, write_atomically
 from unlearnbench.methods.base import Method, UnlearningTask
 from unlearnbench.metrics.examples import ExampleTable
 from unlearnbench.metrics.relearn import ImageRelearning, Relearning, RelearnSettings
@@ -66,7 +66,6 @@ from unlearnbench.runtime.seeding import configure_determinism, streams
 
 log = logging.getLogger(__name__)
 SCHEMA = 1
-EXAMPLES = "examples.parquet"  # the per-example outputs, beside result.json (metrics/examples.py)
 idle_since = psutil.Process().create_time()  # start of this process, then the end of its last job
 
 
@@ -600,7 +599,7 @@ def run_job(cfg: DictConfig) -> dict:
 
     interrupt.check()  # asked for while Hydra composed this job: it does not start
     folder = Path(HydraConfig.get().runtime.output_dir)
-    path = folder / "result.json"
+    path = folder / RESULT
     if finished(path):
         log.info("%s: already complete, skipped", folder.name)
         return json.loads(path.read_text())

@@ -138,13 +138,6 @@ def failure_lines(failed: list[dict], total: int) -> list[str]:
     return lines + [f"FAILED {Path(job['folder']).name}: {job['error']}" for job in failed]
 
 
-def failed_methods(jobs: list[dict]) -> list[dict]:
-    """The methods that failed or diverged inside jobs that completed otherwise, one dict each (folder, target,
-    method, error); a failed job's own failures are already told by its error."""
-    return [{"folder": job["folder"], **failure} for job in jobs if job.get("status") == "complete"
-            for failure in job.get("failures") or []]
-
-
 def method_failure_lines(failures: list[dict]) -> list[str]:
     return [f"FAILED {Path(f['folder']).name}: target {f['target']}, method {f['method']}: "
             f"{str(f['error']).splitlines()[0] if f['error'] else ''}" for f in failures]

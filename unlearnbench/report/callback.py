@@ -19,7 +19,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from unlearnbench.files import WriteError
-from unlearnbench.report.build import build_report, failed_methods, failure_lines, method_failure_lines
+from unlearnbench.report.build import build_report, failure_lines, method_failure_lines
+from unlearnbench.report.collect import failed_methods
 from unlearnbench.runtime import interrupt
 
 failed_jobs: list[dict] = []  # read by the console script after Hydra returns

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from unlearnbench.files import RESULT
+
 log = logging.getLogger(__name__)
 RECORD_COLUMNS = ["target", "method", "role", "metric", "split", "value", "round"]
 STATUSES = ("complete", "failed")
@@ -152,8 +154,15 @@ def read_result(path: Path) -> dict:
     return result
 
 
+def failed_methods(jobs: list[dict]) -> list[dict]:
+    """The methods that failed or diverged inside jobs that completed otherwise, one dict each (folder, target,
+    method, error); a failed job's own failures are already told by its error."""
+    return [{"folder": job["folder"], **failure} for job in jobs if job.get("status") == "complete"
+            for failure in job.get("failures") or []]
+
+
 def result_files(folders: list[Path]) -> list[Path]:
-    return sorted({p for folder in folders for p in Path(folder).rglob("result.json")})
+    return sorted({p for folder in folders for p in Path(folder).rglob(RESULT)})
 
 
 def load_results(folders: list[Path]) -> tuple[pd.DataFrame, list[dict]]:

@@ -31,12 +31,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from unlearnbench.files import EXAMPLES
 from unlearnbench.report import forgetting
 from unlearnbench.report.analysis import GOLD_STANDARDS, sort_rows
 from unlearnbench.report.collect import ROLES, SchemaError
 from unlearnbench.report.seed_design import SIGNIFICANT, wilson
 
-EXAMPLES = "examples.parquet"
 FORGET_PERMUTATIONS = forgetting.NULL_PERMUTATIONS  # random splits behind each F's null (`report.permutations`)
 EXAMPLE_KINDS = {"target": "string", "role": "string", "method": "string", "split": "string", "index": "integer",
                  "label": "integer", "conf": "float", "loss": "float", "pred": "integer"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from unlearnbench.report.analysis import GOLD_STANDARDS, Study, ideal, label, matching
-from unlearnbench.report.collect import describe_numerics
+from unlearnbench.report.collect import describe_numerics, failed_methods
 from unlearnbench.report.console import MAIN
 from unlearnbench.report.seed_design import rank_label
 
@@ -386,7 +386,7 @@ def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Pat
         lines.append("")
     else:
         lines += ["None.", ""]
-    lines += failed_methods(jobs)
+    lines += failed_methods_section(failed_methods(jobs))
     return "\n".join(lines)
 
 
@@ -394,15 +394,14 @@ def first_line(error: object) -> str:
     return (str(error or "").strip().splitlines() or ["no error recorded"])[0][:500]
 
 
-def failed_methods(jobs: list[dict]) -> list[str]:
-    """The methods that failed or diverged in jobs that otherwise completed (their `failures`), one line each; no
-    section when there are none."""
-    failures = [(job, failure) for job in jobs for failure in job.get("failures") or []]
+def failed_methods_section(failures: list[dict]) -> list[str]:
+    """The methods that failed or diverged in jobs that otherwise completed (`collect.failed_methods`), one line
+    each; no section when there are none."""
     if not failures:
         return []
     lines = [f"## Failed methods ({len(failures)})", "",
              "Methods that failed or diverged in a job whose other methods completed (the job counts as complete).", ""]
-    for job, failure in failures:
+    for failure in failures:
         method, error = failure.get("method") or "–", first_line(failure["error"])
-        lines.append(f"- `{job['folder']}`: target {failure['target']}, method {method}: {error}")
+        lines.append(f"- `{failure['folder']}`: target {failure['target']}, method {method}: {error}")
     return [*lines, ""]

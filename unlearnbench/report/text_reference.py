@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from unlearnbench.files import EXAMPLES
 from unlearnbench.text.metrics import forget_quality
 
 METRIC, FIRST = "forget_quality", "forget_quality_first"
-EXAMPLES = "examples.parquet"
 
 
 def truth_ratios(folder: str) -> pd.DataFrame | None:
