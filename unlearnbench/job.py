@@ -204,6 +204,13 @@ class Outcome:
                                                                if len(self.failures) > 1 else ")")
         return "complete", None
 
+    def keep_curve(self, model: str, seed: int, curve: dict | None, target: str | None = None,
+                   method: str | None = None, cached: bool = False) -> None:
+        """A trained model's per-epoch curve for result.json's `curves` (a model that trained no epoch has none)."""
+        if curve and curve.get("epoch"):
+            self.curves.append({"model": model, "target": target, "method": method, "seed": seed, "cached": cached,
+                                **curve})
+
     def add(self, target: str, method: str | None, role: str, scores: dict) -> None:
         for (metric, split), value in scores.items():
             self.records.append({"target": target, "method": method, "role": role, "metric": metric,
@@ -263,13 +270,6 @@ class Workbench:
     def stage(self, title: str, timing: str):
         return self.outcome.stage(title, timing)
 
-    def keep_curve(self, model: str, seed: int, curve: dict | None, target: str | None = None,
-                   method: str | None = None, cached: bool = False) -> None:
-        """A trained model's per-epoch curve for result.json's `curves` (a model that trained no epoch has none)."""
-        if curve and curve.get("epoch"):
-            self.outcome.curves.append({"model": model, "target": target, "method": method, "seed": seed,
-                                        "cached": cached, **curve})
-
     def new_model(self) -> nn.Module:
         data = self.data
         return build(self.cfg.model, "model", num_classes=data.num_classes, in_channels=data.channels,
@@ -282,7 +282,7 @@ class Workbench:
             original = self.store.trained(full_pool(self.data, "train"), "original", self.seeds.train, title)
             training.note(provenance(original))
         self.outcome.cache["original"] = original.cache
-        self.keep_curve("original", self.seeds.train, original.curve, cached=original.cache["hit"])
+        self.outcome.keep_curve("original", self.seeds.train, original.curve, cached=original.cache["hit"])
         return original
 
     def split(self, target: str) -> Splits:
@@ -304,7 +304,8 @@ class Workbench:
             retrained = self.store.trained(splits.retain_train, "retrained", self.seeds.unlearn, title)
             training.note(provenance(retrained))
         self.outcome.cache["retrained"].append({"target": target, **retrained.cache})
-        self.keep_curve("retrained", self.seeds.unlearn, retrained.curve, target, cached=retrained.cache["hit"])
+        self.outcome.keep_curve("retrained", self.seeds.unlearn, retrained.curve, target,
+                                cached=retrained.cache["hit"])
         return retrained
 
     def scorer(self, target: str, splits: Splits) -> Scorer:
@@ -349,7 +350,7 @@ class Workbench:
         with (self.stage(title, f"method:{method.name}"), self.monitor.measure() as measured,
               progress.training(title) as run):
             unlearned = method.unlearn(store.load(original.state), task)
-        self.keep_curve("unlearned", self.seeds.unlearn, run.curve, target, method.name)
+        self.outcome.keep_curve("unlearned", self.seeds.unlearn, run.curve, target, method.name)
         if self.outcome.lockstep:  # no rank evaluates (collectives) while another is failing inside the method
             self.outcome.lockstep.together(unit_name(target, method.name))
         return unlearned, method.cost(measured, task)

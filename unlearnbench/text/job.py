@@ -148,14 +148,8 @@ class TextBench:
         original = self.tuned(self.data.full + self.general, "original", seed,
                               f"original model (training seed {seed})")
         self.outcome.cache["original"] = original.cache
-        self.keep_curve("original", seed, original)
+        self.outcome.keep_curve("original", seed, original.curve, cached=original.cache["hit"])
         return original
-
-    def keep_curve(self, model: str, seed: int, tuned: TunedModel, target: str | None = None) -> None:
-        """A fine-tuned model's per-epoch curve for result.json's `curves`."""
-        if tuned.curve and tuned.curve.get("epoch"):
-            self.outcome.curves.append({"model": model, "target": target, "method": None, "seed": seed,
-                                        "cached": tuned.cache["hit"], **tuned.curve})
 
     def split(self, target: str) -> TextSplits:
         splits = self.splits[target]
@@ -169,7 +163,7 @@ class TextBench:
         retrained = self.tuned(splits.retain + self.general, "retrained", seed,
                                f"target {target}: retrained model (unlearning seed {seed})", splits.entities)
         self.outcome.cache["retrained"].append({"target": target, **retrained.cache})
-        self.keep_curve("retrained", seed, retrained, target)
+        self.outcome.keep_curve("retrained", seed, retrained.curve, target, cached=retrained.cache["hit"])
         return retrained
 
     def unlearn(self, method: TextMethod, target: str, splits: TextSplits, original: TunedModel,
