@@ -14,6 +14,7 @@ import hashlib
 import math
 import re
 import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,15 @@ def ranged(default: Any, range_: Range, *, optional: bool = False) -> Any:
 
 
 AT_LEAST_0, AT_LEAST_1, POSITIVE = Range(low=0), Range(low=1), Range(low=0, low_open=True)
+
+
+def option_range_problems(kind: str, ranges: Mapping[str, Range], options: Mapping[str, Any],
+                          values: Callable[[Any], list] = lambda value: [value]) -> list[str]:
+    """A line "kind.name=value is not valid; valid: range" for each of a component's options outside the range it
+    declares (`check_options`, which `components.build` calls); `values(value)` lists what one option holds (a
+    method's option may be a mapping by model, dataset or scenario)."""
+    return [f"{kind}.{name}={value!r} is not valid; valid: {ranges[name]}" for name, value in options.items()
+            if name in ranges and not all(ranges[name].admits(leaf) for leaf in values(value))]
 
 
 @dataclass

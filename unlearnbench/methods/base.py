@@ -16,7 +16,7 @@ import torch
 from lightning_fabric import Fabric
 from torch import Tensor, nn
 
-from unlearnbench.config import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range
+from unlearnbench.config import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, option_range_problems
 from unlearnbench.data.base import ImageData, Subset
 from unlearnbench.data.scenarios import Scenario, Splits
 from unlearnbench.data.transforms import Normalizer
@@ -117,8 +117,7 @@ class Method(ABC):
         ranges = dict(SHARED_RANGES)
         for klass in reversed(cls.__mro__):
             ranges |= vars(klass).get("ranges", {})
-        problems = [f"method.{name}={value!r} is not valid; valid: {ranges[name]}" for name, value in options.items()
-                    if name in ranges and not all(ranges[name].admits(leaf) for leaf in leaves(value))]
+        problems = option_range_problems("method", ranges, options, leaves)
         if problems:
             raise UserError(f"method {options.get('name', cls.__name__)}: {'; '.join(problems)}")
 

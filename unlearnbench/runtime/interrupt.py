@@ -10,7 +10,7 @@ where `check()` raises `Interrupted` (a KeyboardInterrupt: no `except Exception`
 - at every batch of every training, unlearning and evaluation loop and at every round of the ranking task, each
   loop iterating through `checked` (`train.batch_positions`, `evaluate.predict`, `federation.run_rounds`, the text
   task's `Items.batches`, `TextTask.pairs` and evaluation batches), so that a long stage stops within one step;
-- at every generated token (`stop_on_interrupt`, a stopping criterion of Hugging Face's `generate`).
+- at every generated token (`text.evaluate.StopOnInterrupt`, a stopping criterion of Hugging Face's `generate`).
 
 Where the process only waits, for the local launcher's workers, SLURM's array tasks or a job's spawned ranks, or
 while the report is built from the files on disk, nothing can be left half-done and the handler raises at once

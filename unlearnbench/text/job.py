@@ -183,12 +183,13 @@ class TextBench:
                 unlearned = method.unlearn(start, task)
             except NonFiniteStep as error:  # every rank stops at the same step (`text.train.step`)
                 diverged = error
+        cost = method.cost(measured, task)
         if diverged is not None:  # a failure, with the cost it had run up
-            self.outcome.add(target, method.name, "unlearned", cost_scores(method.cost(measured, task)))
+            self.outcome.add(target, method.name, "unlearned", cost_scores(cost))
             raise Diverged(f"{method.name} diverged {diverged.where}; lower method.lr")
         if self.outcome.lockstep:
             self.outcome.lockstep.together(unit_name(target, method.name))
-        return unlearned, method.cost(measured, task)
+        return unlearned, cost
 
     def relearning(self, target: str, splits: TextSplits) -> TextRelearning | None:
         """Relearn time for `target` (text/relearn.py), or None where `evaluation.relearn` is off."""

@@ -21,7 +21,7 @@ import torch
 from lightning_fabric import Fabric
 from torch import Tensor, nn
 
-from unlearnbench.config import AT_LEAST_1, Range
+from unlearnbench.config import AT_LEAST_1, Range, option_range_problems
 from unlearnbench.errors import UserError
 from unlearnbench.runtime.models import full_state_dict
 from unlearnbench.runtime.seeding import global_seed
@@ -117,8 +117,7 @@ class CausalLM:
     def check_options(cls, options: Mapping[str, Any]) -> None:
         """One `UserError` naming every option outside its range (`components.build` calls this before the
         constructor): a generation of no token, say, would only fail after M_o and M_r are trained."""
-        problems = [f"model.{option}={options[option]!r} is not valid; valid: {valid}"
-                    for option, valid in cls.ranges.items() if option in options and not valid.admits(options[option])]
+        problems = option_range_problems("model", cls.ranges, options)
         if problems:
             raise UserError(f"model {options.get('name', 'causal_lm')}: {'; '.join(problems)}")
 
