@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from unlearnbench.data.folders import ImageFolder
+from unlearnbench.tasks.image.data.folders import ImageFolder
 
 CLASSES, PER_CLASS, SIDE = 50, 100, 250
 

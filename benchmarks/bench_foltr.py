@@ -13,11 +13,11 @@ import time
 
 import numpy as np
 
-from unlearnbench.ltr.data import SyntheticLetor
-from unlearnbench.ltr.federation import ModelPoisoning, Simulator, train_federation
-from unlearnbench.ltr.methods.base import FederatedTask
-from unlearnbench.ltr.methods.fed_finetune import FedFinetune
-from unlearnbench.ltr.pdgd import CLICK_MODELS, Ndcg
+from unlearnbench.tasks.ranking.data import SyntheticLetor
+from unlearnbench.tasks.ranking.federation import ModelPoisoning, Simulator, train_federation
+from unlearnbench.tasks.ranking.methods.base import FederatedTask
+from unlearnbench.tasks.ranking.methods.fed_finetune import FedFinetune
+from unlearnbench.tasks.ranking.pdgd import CLICK_MODELS, Ndcg
 
 TARGET_S = 10.0
 

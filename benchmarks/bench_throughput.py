@@ -35,13 +35,13 @@ import torch.nn.functional as F
 from lightning_fabric import Fabric
 from omegaconf import OmegaConf
 
-from unlearnbench.data.base import ImageData, full_pool
-from unlearnbench.data.transforms import Normalizer
-from unlearnbench.models.resnet import ResNet18
 from unlearnbench.runtime.evaluate import channels_last_inputs, evaluation_batch_size, predict
 from unlearnbench.runtime.fabric import quiet_known_warnings
 from unlearnbench.runtime.models import training_channels_last
 from unlearnbench.runtime.train import train_recipe
+from unlearnbench.tasks.image.data.base import ImageData, full_pool
+from unlearnbench.tasks.image.data.transforms import Normalizer
+from unlearnbench.tasks.image.models.resnet import ResNet18
 
 TARGET_RATIO = 0.9
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
@@ -243,8 +243,8 @@ def layout_rows(setting: Setting, device: torch.device, repeats: int) -> list[tu
 
 def text_setting(hidden: int, device: torch.device):
     """The text task's fine-tuning on the built-in data: the tokenizer, its encoded items and a fresh tiny Llama."""
-    from unlearnbench.text.data import fictitious
-    from unlearnbench.text.model import CausalLM
+    from unlearnbench.tasks.text.data import fictitious
+    from unlearnbench.tasks.text.model import CausalLM
 
     data = fictitious(entities=20, holdout_entities=2, general=20, seed=0)
     lm = CausalLM(hidden=hidden, heads=4)
@@ -260,9 +260,9 @@ def text_rows(hidden: int, precision: str, device: torch.device, repeats: int, e
     pads each batch to its longest, computes the answer-only token-mean NLL and steps, and nothing else."""
     from types import SimpleNamespace
 
-    from unlearnbench.text.data import collate
-    from unlearnbench.text.losses import token_mean_nll
-    from unlearnbench.text.train import Items, fine_tune
+    from unlearnbench.tasks.text.data import collate
+    from unlearnbench.tasks.text.losses import token_mean_nll
+    from unlearnbench.tasks.text.train import Items, fine_tune
 
     lm, tokenizer, encoder, items = text_setting(hidden, device)
     recipe = SimpleNamespace(epochs=epochs, batch_size=16, lr=3e-3, weight_decay=0.01, warmup_epochs=1.0)

@@ -4,4 +4,4 @@ Importing it registers the structured-config schemas, so `pkg://unlearnbench.con
 console script, the compose API and user code.
 """
 
-import unlearnbench.config  # noqa: F401
+import unlearnbench.core.config  # noqa: F401

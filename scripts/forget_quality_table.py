@@ -83,7 +83,7 @@ def main() -> None:
         subprocess.run(command, check=True)
         minutes = (time.perf_counter() - start) / 60
     from unlearnbench.report.build import build_report
-    from unlearnbench.report.collect import describe_numerics
+    from unlearnbench.report.read.collect import describe_numerics
 
     report = build_report([args.out], args.out / "report")
     if report.failed:
@@ -95,7 +95,7 @@ def main() -> None:
         raise SystemExit(f"no forgetting-quality figure was drawn: see {args.out / 'report' / 'report.md'}")
     print(f"figure: {figures[0]}")
     if args.docs:
-        from unlearnbench.files import replace_block, write_atomically
+        from unlearnbench.core.files import replace_block, write_atomically
 
         quality = report.study.forgetting.quality
         designs = quality.groupby("design")

@@ -30,8 +30,8 @@ def run_demo(folder: Path) -> dict:
 
 
 def block(result: dict) -> str:
-    from unlearnbench.report.collect import describe_numerics
-    from unlearnbench.report.console import job_table
+    from unlearnbench.report.read.collect import describe_numerics
+    from unlearnbench.report.render.console import job_table
 
     table = "\n".join(job_table(result).splitlines()[3:])  # the title and the machine line go into the text
     text = textwrap.fill(f"Numbers from {describe_numerics(result['numerics'])} (numerics identity "
@@ -46,7 +46,7 @@ def main() -> None:
         result = run_demo(Path(tmp))
     if result["status"] != "complete":
         raise SystemExit(f"the demo failed: {result['error']}")
-    from unlearnbench.files import replace_block, write_atomically
+    from unlearnbench.core.files import replace_block, write_atomically
 
     write_atomically(readme, replace_block(readme.read_text(), BEGIN, END, block(result)))
     print(f"README.md: demo table regenerated on {result['numerics']['id']}")

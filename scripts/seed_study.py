@@ -21,7 +21,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from unlearnbench.report import stats
+from unlearnbench.report.compute import stats
 
 REPO = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- seed-study -->", "<!-- /seed-study -->"
@@ -100,7 +100,7 @@ def main() -> None:
     sweep(multi, [f"seeds.train=range(1,{args.train_seeds})"], methods, overrides)
 
     from unlearnbench.report.build import build_report
-    from unlearnbench.report.collect import describe_numerics
+    from unlearnbench.report.read.collect import describe_numerics
 
     report = build_report([single, multi], args.out / "report")
     if report.failed:
@@ -113,7 +113,7 @@ def main() -> None:
     figure = figures[0]
     print(f"figure: {figure}")
     if args.docs:
-        from unlearnbench.files import replace_block, write_atomically
+        from unlearnbench.core.files import replace_block, write_atomically
 
         identity = report.jobs[0]["numerics_identity"]
         (REPO / "docs").mkdir(exist_ok=True)
@@ -129,8 +129,8 @@ def main() -> None:
 def leaderboard_docs(report, numerics: str) -> None:
     """docs/comparing.md's example: the study's leaderboard as report.md shows it, and its critical-difference
     diagram as docs/seed_study_leaderboard.png."""
-    from unlearnbench.files import replace_block, write_atomically
-    from unlearnbench.report.markdown import leaderboard_section
+    from unlearnbench.core.files import replace_block, write_atomically
+    from unlearnbench.report.render.markdown import leaderboard_section
 
     diagrams = [p for p in report.figures if p.name.startswith("leaderboard_")]
     if not report.study.leaderboard or not diagrams:

@@ -88,7 +88,7 @@ def main() -> None:
     subprocess.run(command, check=True)
 
     from unlearnbench.report.build import build_report
-    from unlearnbench.report.collect import describe_numerics
+    from unlearnbench.report.read.collect import describe_numerics
 
     report = build_report([args.out], args.out / "report")
     if report.failed:
@@ -101,7 +101,7 @@ def main() -> None:
         raise SystemExit(f"no figure of forget quality's designs: see {args.out / 'report' / 'report.md'}")
     print(f"figure: {figure}")
     if args.docs:
-        from unlearnbench.files import replace_block, write_atomically
+        from unlearnbench.core.files import replace_block, write_atomically
 
         identity = report.jobs[0]["numerics_identity"]
         shutil.copyfile(figure, REPO / "docs" / "text_seed_study.png")

@@ -55,18 +55,45 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-# The files that take longest, longest first: pytest-xdist (`--dist loadfile --no-loadscope-reorder`, as `make test`
-# runs it) hands whole files to the workers in collection order, so starting the long ones first lets the workers
-# end together instead of one of them running a long file alone at the end. Only the schedule depends on it.
-LONGEST_FIRST = ("test_slurm.py", "test_launcher.py", "test_cli.py", "test_ranks.py", "test_api.py",
-                 "test_interrupts.py", "test_job_faults.py", "test_outcomes.py", "test_seed_study.py",
-                 "test_report_sweep.py", "test_docs_examples.py", "test_examples.py", "test_methods_ddp.py",
-                 "test_methods_all.py", "test_job.py", "test_numerics.py", "test_ltr.py")
+# The schedule: pytest-xdist (`--dist loadfile --no-loadscope-reorder`, as `make test` runs it) hands whole files to
+# the workers in collection order, so starting the long files first lets the workers end together instead of one of
+# them running a long file alone at the end. The order is derived, never kept by hand: each file's time in the last
+# run (pytest's cache, `DURATIONS`), and before any run the number of its tests that start processes, the tier
+# that takes longest (`tests/system/` first). Only the schedule depends on it.
+DURATIONS = "unlearnbench/file_durations"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    measured = config.cache.get(DURATIONS, {}) if getattr(config, "cache", None) else {}
+    starting: dict[str, int] = {}
+    for item in items:
+        starting[item.path.name] = starting.get(item.path.name, 0) + bool(item.get_closest_marker("processes"))
+
+    def expected(item: pytest.Item) -> tuple:
+        return (-measured.get(item.path.name, 0.0), -starting[item.path.name], item.path.parent.name != "system")
+
+    items.sort(key=expected)  # stable: within a file the tests keep their order
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each file's time (setup, call and teardown of its tests) on the process that schedules: the controller under
+    xdist."""
+    spent = _durations.setdefault(Path(report.fspath).name, 0.0)
+    _durations[Path(report.fspath).name] = spent + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Keep the file times of a run of the whole suite (`make test`, `make test-fast`: a file the fast set leaves out
+    keeps its time of the last whole run); a run of some files or some tests (`-k`) keeps nothing."""
+    config = session.config
+    if getattr(config, "cache", None) is None or os.environ.get("PYTEST_XDIST_WORKER") or config.option.keyword or not _durations:
+        return
+    if [Path(arg).resolve() for arg in config.args] == [Path(config.rootpath, "tests").resolve()]:
+        kept = config.cache.get(DURATIONS, {})
+        config.cache.set(DURATIONS, kept | {name: round(spent, 1) for name, spent in _durations.items()})
+
+
+_durations: dict[str, float] = {}
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:

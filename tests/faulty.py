@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from unlearnbench.methods.base import Method, UnlearningTask
+from unlearnbench.tasks.image.methods.base import Method, UnlearningTask
 
 
 class Crashing(Method):

@@ -40,8 +40,9 @@ PRELOAD = (
     "torch", "lightning_fabric", "hydra", "omegaconf", "matplotlib.figure", "matplotlib.backends.backend_agg",
     "hydra._internal.hydra", "hydra._internal.core_plugins.basic_launcher",
     "hydra._internal.core_plugins.basic_sweeper", "hydra_plugins.unlearnbench_launcher.local",
-    "unlearnbench.cli", "unlearnbench.job", "unlearnbench.ltr.job", "unlearnbench.methods.finetune",
-    "unlearnbench.models.resnet", "unlearnbench.data.digits", "sklearn.datasets", "unlearnbench.report.build",
+    "unlearnbench.cli", "unlearnbench.core.job", "unlearnbench.tasks.ranking.job",
+    "unlearnbench.tasks.image.methods.finetune", "unlearnbench.tasks.image.models.resnet",
+    "unlearnbench.tasks.image.data.digits", "sklearn.datasets", "unlearnbench.report.build",
     "unlearnbench.report.callback", "pyarrow.parquet",
 )
 ENTRY_POINTS = {"unlearnbench": "main", "unlearnbench-report": "report_main"}  # console script → unlearnbench.cli

@@ -40,7 +40,7 @@ def run_in_process(overrides: list[str], tmp_path: Path, methods: list[str], cac
     `method_options` holds further overrides of single methods (`{"unsir": ["method.noise_steps=25"]}`)."""
     from lightning_fabric import Fabric
 
-    from unlearnbench.job import JobPlan, execute
+    from unlearnbench.core.job import JobPlan, execute
 
     config = plain_config([o for o in overrides if not o.startswith("method.")], tmp_path, cache_dir)
     method_configs = [plain_config([*overrides, f"+method={m}", *(method_options or {}).get(m, [])], tmp_path)["method"]
@@ -96,7 +96,7 @@ def method_configs() -> dict[str, dict]:
 def image_methods(scenario: str) -> list[str]:
     """Names of the image-classification methods that serve `scenario` (each method config composed once: whom a
     method serves depends on the scenario alone)."""
-    from unlearnbench.components import build, target_of
+    from unlearnbench.core.components import build, target_of
 
     cfg = compose_config([f"scenario={scenario}"])
     scenario_object = build(OmegaConf.to_container(cfg.scenario), "scenario")
@@ -117,11 +117,11 @@ def make_task(data, scenario, target: str, model_factory, seed: int = 0, cache_d
     import torch
     from lightning_fabric import Fabric
 
-    from unlearnbench.data.transforms import Normalizer
-    from unlearnbench.methods.base import UnlearningTask
     from unlearnbench.runtime.cache import ModelCache, cache_key, tensor_digest
     from unlearnbench.runtime.monitor import Cost
     from unlearnbench.runtime.seeding import global_seed, streams
+    from unlearnbench.tasks.image.data.transforms import Normalizer
+    from unlearnbench.tasks.image.methods.base import UnlearningTask
 
     fabric = fabric or Fabric(accelerator="cpu", devices=1)
     splits = scenario.split(data, target, streams("forget_set", seed).torch)

@@ -59,7 +59,7 @@ def run_sweep(overrides: Sequence[str] = (), sweep_dir: str | os.PathLike | None
     after = written(folder)
     if not after or (returncode != 0 and after == before):  # refused before any job (a resumed sweep's old files)
         raise SweepError(reason(last_lines) or f"the sweep ran no job (exit status {returncode})")
-    from unlearnbench.report.collect import RECORD_COLUMNS, load_results
+    from unlearnbench.report.read.collect import RECORD_COLUMNS, load_results
 
     frame, jobs = load_results([folder])
     if frame.empty:  # no job wrote a record (every one failed before its first): the columns still hold

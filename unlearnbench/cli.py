@@ -44,7 +44,7 @@ def merged_group_choice(arguments: list[str]) -> str | None:
 
 @hydra.main(version_base="1.3", config_path="pkg://unlearnbench.conf", config_name="config")
 def hydra_job(cfg: DictConfig) -> dict:
-    from unlearnbench.job import run_job  # torch is imported here, not for --help
+    from unlearnbench.core.job import run_job  # torch is imported here, not for --help
 
     return run_job(cfg)
 
@@ -115,10 +115,10 @@ def report_main() -> None:
     the first one's `report/`, or `--out`. Failed jobs are listed in the report and on stderr."""
     import argparse
 
-    from unlearnbench.config import LEADERBOARD_METRICS, leaderboard_problems
-    from unlearnbench.report.forget_quality import FORGET_PERMUTATIONS
-    from unlearnbench.report.leaderboard import RESAMPLES
-    from unlearnbench.report.seed_design import TARGET_SE
+    from unlearnbench.core.config import LEADERBOARD_METRICS, leaderboard_problems
+    from unlearnbench.report.compute.forget_quality import FORGET_PERMUTATIONS
+    from unlearnbench.report.compute.leaderboard import RESAMPLES
+    from unlearnbench.report.compute.seed_design import TARGET_SE
 
     def positive(text: str) -> float:
         try:
@@ -154,9 +154,9 @@ def report_main() -> None:
     missing = [str(f) for f in args.folders if not f.is_dir()]
     if missing:
         parser.exit(2, f"unlearnbench-report: not a folder: {', '.join(missing)}\n")
-    from unlearnbench.files import WriteError
+    from unlearnbench.core.files import WriteError
     from unlearnbench.report.build import build_report, failure_lines, method_failure_lines
-    from unlearnbench.report.collect import failed_methods, result_files
+    from unlearnbench.report.read.collect import failed_methods, result_files
 
     if not result_files(args.folders):  # an empty report would look like a sweep whose jobs left no trace
         parser.exit(2, f"unlearnbench-report: no result.json under {', '.join(map(str, args.folders))}; give the "

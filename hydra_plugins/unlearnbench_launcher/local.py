@@ -124,7 +124,7 @@ def run_in_worker(index: int, overrides: list[str], hydra_context: HydraContext,
                   pooled: bool = True) -> tuple[int, JobReturn]:
     """One job in a worker process (`pooled`; with one worker joblib runs it in this process), composed as Hydra
     composes it in its own launchers."""
-    import unlearnbench.config  # noqa: F401 (the resolvers the job's config uses)
+    import unlearnbench.core.config  # noqa: F401 (the resolvers the job's config uses)
     from unlearnbench.runtime import progress
 
     if pooled:  # a terminal's Ctrl-C reaches the workers too: the launching process alone stops them, all at once

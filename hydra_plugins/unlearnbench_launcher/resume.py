@@ -1,7 +1,7 @@
 """The jobs of a rerun sweep that are complete already, found by the launching process: a resumed sweep starts no
 worker (`local`) and submits no array task (`slurm`) for them.
 
-A job is complete when its folder's result.json says so (the job itself would skip it: `unlearnbench.job.run_job`).
+A job is complete when its folder's result.json says so (the job itself would skip it: `unlearnbench.core.job.run_job`).
 Its folder is where Hydra would put it: `hydra.sweep.dir` / `hydra.sweep.subdir` of the job's own config, composed
 as every launcher composes it. Composing costs about 0.2 s a job, so a sweep folder that holds no result.json yet
 (a new sweep) is not searched.

@@ -40,17 +40,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from unlearnbench.files import atomic_path, make_folder
-from unlearnbench.report import stats
-from unlearnbench.report.analysis import CONFIG, OPTIONAL_CONFIG, Study, analyse
-from unlearnbench.report.collect import load_results, mixed_numerics, read_warnings
-from unlearnbench.report.console import MAIN
-from unlearnbench.report.curves import curve_table
-from unlearnbench.report.forget_quality import FORGET_PERMUTATIONS, forget_quality, load_examples
-from unlearnbench.report.leaderboard import LEADERBOARD_METRICS, RESAMPLES, leaderboards, parse_metrics
-from unlearnbench.report.leaderboard import tables as leaderboard_tables
-from unlearnbench.report.seed_design import TARGET_SE, extend
-from unlearnbench.report.text_reference import first_reference_records
+from unlearnbench.core.files import atomic_path, make_folder
+from unlearnbench.report.compute import stats
+from unlearnbench.report.compute.analysis import CONFIG, OPTIONAL_CONFIG, Study, analyse
+from unlearnbench.report.compute.forget_quality import FORGET_PERMUTATIONS, forget_quality, load_examples
+from unlearnbench.report.compute.leaderboard import LEADERBOARD_METRICS, RESAMPLES, leaderboards, parse_metrics
+from unlearnbench.report.compute.leaderboard import tables as leaderboard_tables
+from unlearnbench.report.compute.seed_design import TARGET_SE, extend
+from unlearnbench.report.compute.text_reference import first_reference_records
+from unlearnbench.report.read.collect import load_results, mixed_numerics, read_warnings
+from unlearnbench.report.read.curves import curve_table
+from unlearnbench.report.render.console import MAIN
 
 
 @dataclass
@@ -89,7 +89,7 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
 
     Raises `WriteError` (an `OSError`; its message: `cannot write <file>: <reason>`) when a report file cannot be
     written; no partial or temporary file is left behind."""
-    from unlearnbench.report.markdown import render
+    from unlearnbench.report.render.markdown import render
 
     frame, jobs = load_results(folders)
     examples = load_examples(jobs, frame)  # a damaged examples.parquet makes its job failed
@@ -122,7 +122,7 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
                         "use the complete jobs only")
     paths: list[Path] = []
     if figures and study.wants_figures:  # (matplotlib is imported only then)
-        from unlearnbench.report.figures import draw
+        from unlearnbench.report.render.figures import draw
 
         paths, problems = draw(study, out / "figures")
         warnings += problems

@@ -18,9 +18,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from unlearnbench.files import WriteError
+from unlearnbench.core.files import WriteError
 from unlearnbench.report.build import build_report, failure_lines, method_failure_lines
-from unlearnbench.report.collect import failed_methods
+from unlearnbench.report.read.collect import failed_methods
 from unlearnbench.runtime import interrupt
 
 failed_jobs: list[dict] = []  # read by the console script after Hydra returns
@@ -63,7 +63,7 @@ def check_methods(config: DictConfig) -> None:
     the job)."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from unlearnbench.errors import UserError
+    from unlearnbench.core.errors import UserError
 
     names = config.get("methods")
     if names is None:
@@ -95,9 +95,9 @@ class ReportCallback(Callback):
         """Check the sweep's options before any job starts: one line and exit code 2 for a value out of range."""
         from omegaconf import OmegaConf
 
-        from unlearnbench.components import build
-        from unlearnbench.config import validate
-        from unlearnbench.errors import UserError
+        from unlearnbench.core.components import build
+        from unlearnbench.core.config import validate
+        from unlearnbench.core.errors import UserError
 
         try:
             validate(config)

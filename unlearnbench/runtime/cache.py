@@ -33,7 +33,7 @@ from filelock import FileLock
 from lightning_fabric import Fabric
 from safetensors.torch import load_file, save_file
 
-from unlearnbench.errors import UserError
+from unlearnbench.core.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from lightning_fabric import Fabric
 from lightning_fabric.wrappers import is_wrapped
 from torch import Tensor, nn
 
-from unlearnbench.data.base import Subset
-from unlearnbench.data.transforms import Normalizer, to_unit
 from unlearnbench.runtime import interrupt
 from unlearnbench.runtime.train import float_logits
+from unlearnbench.tasks.image.data.base import Subset
+from unlearnbench.tasks.image.data.transforms import Normalizer, to_unit
 
 
 def prepared(fabric: Fabric, model: nn.Module) -> nn.Module:

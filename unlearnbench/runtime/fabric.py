@@ -12,7 +12,7 @@ import torch
 from lightning_fabric import Fabric
 from lightning_fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
-from unlearnbench.errors import UserError
+from unlearnbench.core.errors import UserError
 
 
 def resolve_accelerator(accelerator: str) -> str:

@@ -13,13 +13,13 @@ from lightning_fabric.wrappers import is_wrapped
 from torch import Tensor, nn
 
 from unlearnbench import __version__
-from unlearnbench.data.base import Subset
-from unlearnbench.data.transforms import Normalizer
 from unlearnbench.runtime.cache import Entry, ModelCache, cache_key, tensor_digest
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.progress import training
 from unlearnbench.runtime.seeding import global_seed, streams
 from unlearnbench.runtime.train import train_recipe
+from unlearnbench.tasks.image.data.base import Subset
+from unlearnbench.tasks.image.data.transforms import Normalizer
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from unlearnbench.errors import FILE_ONLY, FileOnly
+from unlearnbench.core.errors import FILE_ONLY, FileOnly
 from unlearnbench.runtime import interrupt
 
 log = logging.getLogger("unlearnbench.progress")

@@ -34,7 +34,7 @@ from typing import Any
 import torch.distributed as dist
 from lightning_fabric import Fabric
 
-from unlearnbench.files import write_atomically
+from unlearnbench.core.files import write_atomically
 from unlearnbench.runtime import interrupt
 
 log = logging.getLogger(__name__)

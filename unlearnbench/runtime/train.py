@@ -17,10 +17,10 @@ import torch.nn.functional as F
 from lightning_fabric import Fabric
 from torch import Tensor, nn
 
-from unlearnbench.data.base import Subset
-from unlearnbench.data.transforms import Normalizer, augment, to_unit
 from unlearnbench.runtime import interrupt
 from unlearnbench.runtime.progress import EpochMeter
+from unlearnbench.tasks.image.data.base import Subset
+from unlearnbench.tasks.image.data.transforms import Normalizer, augment, to_unit
 
 
 def batch_count(n: int, batch_size: int, world_size: int, training: bool = True) -> int:

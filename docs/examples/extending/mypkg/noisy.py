@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from unlearnbench.config import POSITIVE
-from unlearnbench.methods.base import Method, UnlearningTask, setting
+from unlearnbench.core.config import POSITIVE
+from unlearnbench.tasks.image.methods.base import Method, UnlearningTask, setting
 from unlearnbench.runtime.train import cross_entropy_epochs
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from unlearnbench.data.base import ImageData, ImageSource
+from unlearnbench.tasks.image.data.base import ImageData, ImageSource
 
 
 class NpzImages(ImageSource):

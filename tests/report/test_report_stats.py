@@ -1,0 +1,313 @@
+"""The reporter's statistics (unlearnbench.report.compute.stats) against hand-computed cases and simulations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from unlearnbench.report.compute.stats import (
+    chi2_interval,
+    graybill_wang,
+    nested_variance,
+    sigma_u2_bootstrap,
+    w2,
+    w2_null,
+    w2_null_pairs,
+    w2_nulls,
+)
+
+# ---------------------------------------------------------------------------------------------------------- W2
+
+
+@pytest.mark.parametrize(("u", "v", "expected"), [
+    ([0, 1, 2], [1, 2, 3], 1.0),  # a shift by 1
+    ([3, 0, 0], [2, 0, 1], math.sqrt(2 / 3)),  # sorted: (0, 0, 3) against (0, 1, 2): squares 0, 1, 1
+    ([0, 1], [0, 1, 2], math.sqrt(1 / 2)),  # breakpoints 1/3, 1/2, 2/3: squares 1 on (1/3, 1/2] and (2/3, 1]
+    ([0], [0, 2], math.sqrt(2)),  # 0 against 0 on (0, 1/2] and 2 on (1/2, 1]
+    ([0, 4], [0, 1, 3, 4], math.sqrt(1 / 2)),  # coinciding breakpoints 1/2: squares 1 on (1/4, 1/2], (1/2, 3/4]
+    ([5.0], [2.0], 3.0),
+])
+def test_w2_hand_computed(u, v, expected):
+    assert w2(u, v) == pytest.approx(expected, rel=1e-12)
+    assert w2(v, u) == pytest.approx(expected, rel=1e-12)
+
+
+def test_w2_of_two_single_points_is_their_distance():
+    rng = np.random.default_rng(0)
+    for a, b in rng.normal(size=(20, 2)) * 10:
+        assert w2([a], [b]) == pytest.approx(abs(a - b), rel=1e-12)
+
+
+def test_w2_unequal_sizes_equals_the_equal_size_formula_on_replicated_samples():
+    """The empirical distribution of u repeated m times is that of u: W2(u, v) = W2(u×m, v×n) with equal sizes."""
+    rng = np.random.default_rng(1)
+    for n, m in [(3, 5), (4, 6), (7, 2), (10, 9)]:
+        u, v = rng.normal(size=n), rng.exponential(size=m)
+        equal = np.sqrt(np.mean((np.sort(np.repeat(u, m)) - np.sort(np.repeat(v, n))) ** 2))
+        assert w2(u, v) == pytest.approx(equal, rel=1e-12)
+
+
+def test_w2_is_symmetric_zero_on_identical_samples_and_ignores_nan():
+    rng = np.random.default_rng(2)
+    u, v = rng.normal(size=8), rng.normal(size=5)
+    assert w2(u, v) == w2(v, u)
+    assert w2(u, u) == 0.0
+    assert w2(u, rng.permutation(u)) == 0.0
+    assert w2([*u, math.nan], v) == w2(u, v)
+    assert math.isnan(w2([], v))
+
+
+def test_permutation_null_is_reproducible_nonnegative_and_batched_alike():
+    rng = np.random.default_rng(3)
+    samples, b = [rng.normal(size=5) for _ in range(4)], rng.normal(size=7)
+    first = [w2_null(u, b) for u in samples]
+    assert first == [w2_null(u, b) for u in samples]  # the same seed: the same splits
+    assert first == pytest.approx(w2_nulls(samples, b), rel=1e-12)
+    assert all(q > 0 for q in first)
+    assert w2_null(samples[0], b, seed=1) != first[0]
+    assert w2_null([1.0, 1.0], [1.0, 1.0, 1.0]) == 0.0
+
+
+def test_permutation_null_rejects_about_five_percent_of_same_distribution_pairs():
+    rng = np.random.default_rng(4)
+    trials = 300
+    rejected = 0
+    for _ in range(trials):
+        u, v = rng.normal(size=6), rng.normal(size=9)
+        rejected += w2(u, v) > w2_null(u, v, permutations=400)
+    assert rejected / trials <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / trials)
+    assert w2(np.zeros(6), np.full(9, 5.0)) > w2_null(np.zeros(6), np.full(9, 5.0))
+
+
+# ---------------------------------------------------------------------------------------------- variance
+
+
+def test_variance_components_of_a_hand_computed_balanced_grid():
+    """I = 3, J = 2: means 2, 5, 9, grand mean 16/3; SSW = 2 + 2 + 8 = 12, MSW = 12/3 = 4;
+    MSB = 2·((2 − 16/3)² + (5 − 16/3)² + (9 − 16/3)²)/2 = 222/9; σ_T² = (222/9 − 4)/2 = 31/3."""
+    result = nested_variance([[1, 3], [4, 6], [7, 11]])
+    assert (result.I, result.J, result.n, result.balanced) == (3, 2, 6, True)
+    assert result.mean == pytest.approx(16 / 3)
+    assert result.msw == pytest.approx(4.0)
+    assert result.msb == pytest.approx(222 / 9)
+    assert result.sigma_u2 == pytest.approx(4.0)
+    assert result.sigma_t2 == pytest.approx(31 / 3)
+    assert result.total == pytest.approx(31 / 3 + 4)
+    assert result.icc == pytest.approx(31 / 43)
+    chi_low, chi_high = scipy_stats.chi2.ppf([0.975, 0.025], 3)
+    assert (result.sigma_u2_low, result.sigma_u2_high) == pytest.approx((12 / chi_low, 12 / chi_high))
+    assert 0 <= result.sigma_t2_low <= result.sigma_t2 <= result.sigma_t2_high
+    assert result.warnings == ["fewer than 10 training seeds (I = 3): σ_T² is barely identifiable",
+                               "fewer than 5 training seeds with two unlearning seeds: σ_U²'s interval is the χ² "
+                               "one, exact only if every training seed has the same variance"]
+
+
+def test_sigma_t2_is_truncated_at_zero():
+    result = nested_variance([[0, 10], [5, 5.5], [10, 0]])  # within spread far larger than between
+    assert result.msb < result.msw
+    assert result.sigma_t2 == 0.0 and result.icc == 0.0
+    assert result.sigma_t2_low == 0.0
+
+
+def test_graybill_wang_bounds_meet_the_f_test():
+    """L = 0 exactly where MSB/MSW = F(1−α/2; I−1, I(J−1)); U = 0 where it is F(α/2; …) (Burdick & Graybill)."""
+    df_b, df_w, j = 9, 40, 5
+    f_high, f_low = scipy_stats.f.ppf([0.975, 0.025], df_b, df_w)
+    low, _ = graybill_wang(f_high * 2.0, 2.0, df_b, df_w, j)
+    assert low == pytest.approx(0.0, abs=1e-9)
+    low, _ = graybill_wang(f_high * 2.0 * 1.01, 2.0, df_b, df_w, j)
+    assert low > 0
+    _, high = graybill_wang(f_low * 2.0, 2.0, df_b, df_w, j)
+    assert high == pytest.approx(0.0, abs=1e-9)
+
+
+def simulate(sigma_t2: float, sigma_u2: float, runs: int, count: int, per: int, seed: int):
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0, math.sqrt(sigma_t2), (runs, count, 1)) + rng.normal(0, math.sqrt(sigma_u2), (runs, count, per))
+    means = z.mean(axis=2)
+    msw = ((z - means[..., None]) ** 2).sum(axis=(1, 2)) / (count * (per - 1))
+    msb = per * ((means - means.mean(axis=1, keepdims=True)) ** 2).sum(axis=1) / (count - 1)
+    return z, msb, msw
+
+
+@pytest.mark.parametrize(("sigma_t2", "sigma_u2"), [(1.0, 1.0), (0.25, 1.0), (4.0, 1.0)])
+def test_interval_coverage_on_simulated_grids(sigma_t2, sigma_u2):
+    """2000 simulated I = 10 × J = 5 grids: the χ² interval for σ_U² is exact (95% ± 1.5%, three Monte-Carlo
+    standard errors); the Graybill–Wang interval for σ_T² is approximate: its coverage lies within 93.5–98% (it is
+    close to nominal and conservative near σ_T² = 0, as Burdick & Graybill report)."""
+    runs, count, per = 2000, 10, 5
+    z, msb, msw = simulate(sigma_t2, sigma_u2, runs, count, per, seed=int(sigma_t2 * 100))
+    low_u, high_u = chi2_interval(msw, count * (per - 1))
+    low_t, high_t = graybill_wang(msb, msw, count - 1, count * (per - 1), per)
+    chi2_coverage = np.mean((low_u <= sigma_u2) & (sigma_u2 <= high_u))
+    gw_coverage = np.mean((low_t <= sigma_t2) & (sigma_t2 <= high_t))
+    assert abs(chi2_coverage - 0.95) <= 0.015
+    assert 0.935 <= gw_coverage <= 0.98
+    for k in range(5):  # the vectorised formulas are those of nested_variance
+        result = nested_variance(list(z[k]))
+        assert (result.msb, result.msw) == pytest.approx((msb[k], msw[k]), rel=1e-10)
+        assert (result.sigma_t2_low, result.sigma_t2_high) == pytest.approx((low_t[k], high_t[k]), rel=1e-10)
+        bootstrap = sigma_u2_bootstrap(z[k].var(axis=1, ddof=1))
+        assert (result.sigma_u2_low, result.sigma_u2_high) == pytest.approx(bootstrap, rel=1e-10)
+        if result.homogeneity_p >= 0.05:  # the χ² interval is kept beside it
+            assert (result.sigma_u2_chi2_low, result.sigma_u2_chi2_high) == pytest.approx((low_u[k], high_u[k]),
+                                                                                          rel=1e-10)
+        else:
+            assert math.isnan(result.sigma_u2_chi2_low)
+
+
+def heterogeneous_grids(kind: str, runs: int, count: int = 11, per: int = 11, seed: int = 0):
+    """Simulated I × J grids whose per-training-seed variances var(Z | S = s_i) follow `kind` (σ_T² = 1); returns
+    (the per-seed sample variances, the grids' MSB and MSW, the true σ_U² per grid)."""
+    rng = np.random.default_rng([seed, count, per, len(kind)])
+    if kind == "gamma1":  # var(Z | S = s) ~ Gamma(1), mean 1
+        variances = rng.gamma(1.0, 1.0, (runs, count))
+    elif kind == "gamma_half":
+        variances = rng.gamma(0.5, 2.0, (runs, count))
+    elif kind == "deterministic5":  # 5 of 11 training seeds give one value for every unlearning seed
+        variances = np.ones((runs, count))
+        variances[:, :5] = 0.0
+    else:
+        variances = np.ones((runs, count))
+    errors = rng.standard_t(5, (runs, count, per)) / math.sqrt(5 / 3) if kind == "t5" else rng.standard_normal(
+        (runs, count, per))
+    z = rng.standard_normal((runs, count, 1)) + np.sqrt(variances)[..., None] * errors
+    per_seed = np.where(variances == 0, 0.0, z.var(axis=2, ddof=1))
+    means = z.mean(axis=2)
+    msw = per_seed.mean(axis=1)
+    msb = per * ((means - means.mean(axis=1, keepdims=True)) ** 2).sum(axis=1) / (count - 1)
+    true = 1.0 if kind.startswith("gamma") else variances.mean(axis=1)
+    return per_seed, msb, msw, true
+
+
+# (kind, the bootstrap interval's coverage, the χ² interval's), each measured on 3,000 grids of I = J = 11 (the
+# numbers in sigma_u2_bootstrap's docstring and docs/seed-study.md); the tests draw 800 other grids and allow three
+# Monte-Carlo standard errors.
+COVERAGE = [("equal", 0.95, 0.95), ("gamma1", 0.938, 0.542), ("gamma_half", 0.930, 0.423), ("t5", 0.923, 0.789)]
+
+
+@pytest.mark.parametrize(("kind", "bootstrap_coverage", "chi2_coverage"), COVERAGE)
+def test_sigma_u2_intervals_cover_as_documented_when_per_seed_variances_differ(kind, bootstrap_coverage,
+                                                                                 chi2_coverage):
+    runs, count, per = 800, 11, 11
+    per_seed, _, msw, true = heterogeneous_grids(kind, runs, count, per)
+    low, high = sigma_u2_bootstrap(per_seed)
+    chi_low, chi_high = chi2_interval(msw, count * (per - 1))
+    tolerance = 3 * math.sqrt(0.95 * 0.05 / runs)
+    assert np.mean((low <= true) & (true <= high)) == pytest.approx(bootstrap_coverage, abs=tolerance)
+    assert np.mean((chi_low <= true) & (true <= chi_high)) == pytest.approx(chi2_coverage,
+                                                                             abs=3 * math.sqrt(0.25 / runs))
+
+
+def test_sigma_u2_bootstrap_holds_with_deterministic_training_seeds_and_graybill_wang_stays_nominal():
+    runs = 800
+    per_seed, msb, msw, true = heterogeneous_grids("deterministic5", runs)
+    low, high = sigma_u2_bootstrap(per_seed)
+    assert np.mean((low <= true) & (true <= high)) >= 0.95
+    chi_low, chi_high = chi2_interval(msw, 110)
+    assert np.mean((chi_low <= true) & (true <= chi_high)) < 0.9  # measured 0.85: why the χ² interval is not used
+    for kind in ("gamma1", "deterministic5"):  # σ_T² = 1 in every grid
+        _, msb, msw, _ = heterogeneous_grids(kind, 2000, seed=1)
+        t_low, t_high = graybill_wang(msb, msw, 10, 110, 11)
+        assert np.mean((t_low <= 1.0) & (t_high >= 1.0)) == pytest.approx(0.95, abs=3 * math.sqrt(0.95 * 0.05 / 2000))
+
+
+def test_sigma_u2_bootstrap_is_reproducible_exact_when_every_seed_agrees_and_open_when_it_cannot_bound():
+    per_seed = np.array([0.5, 1.0, 2.0, 0.7, 1.5, 0.9])
+    assert sigma_u2_bootstrap(per_seed) == sigma_u2_bootstrap(per_seed)
+    low, high = sigma_u2_bootstrap(per_seed)
+    assert low < per_seed.mean() < high
+    assert sigma_u2_bootstrap(np.zeros(6)) == (0.0, 0.0)
+    assert sigma_u2_bootstrap(np.full(6, 2.0)) == (2.0, 2.0)
+    # five deterministic seeds and one that is not: a resample without it is all zeros, far more often than 2.5%
+    low, high = sigma_u2_bootstrap(np.array([0.0, 0.0, 0.0, 0.0, 0.0, 3.0]))
+    assert low == 0.0 and high == math.inf
+
+
+def test_heterogeneity_is_reported_per_training_seed_with_the_brown_forsythe_test():
+    rng = np.random.default_rng(9)
+    equal = [rng.normal(0, 1, 11) for _ in range(11)]
+    unequal = [rng.normal(0, scale, 11) for scale in (0.1, 0.1, 0.1, 3, 3, 3, 0.1, 3, 0.1, 3, 0.1)]
+    assert nested_variance(equal).homogeneity_p > 0.05
+    result = nested_variance(unequal)
+    assert result.homogeneity_p < 1e-6 and math.isnan(result.sigma_u2_chi2_low)
+    assert result.var_by_seed_min == pytest.approx(min(np.var(g, ddof=1) for g in unequal))
+    assert result.var_by_seed_max == pytest.approx(max(np.var(g, ddof=1) for g in unequal))
+    mixed = nested_variance([[1.0] * 4, [2.0] * 4, [0.0, 1.0, 2.0, 3.0], [5.0] * 4, [1.0, 1.5, 1.0, 0.5],
+                             [3.0] * 4])
+    assert (mixed.deterministic_seeds, mixed.seeds_with_spread) == (4, 6)
+    assert scipy_stats.levene(*[[1.0] * 4, [2.0] * 4, [0.0, 1.0, 2.0, 3.0], [5.0] * 4, [1.0, 1.5, 1.0, 0.5],
+                                [3.0] * 4], center="median").pvalue == pytest.approx(mixed.homogeneity_p)
+    pairs = nested_variance([rng.normal(0, 1, 2) for _ in range(11)])  # J = 2: the test is undefined, not a rejection
+    assert math.isnan(pairs.homogeneity_p) and pairs.sigma_u2_chi2_low <= pairs.sigma_u2 <= pairs.sigma_u2_chi2_high
+
+
+def test_leaving_seed_i_out_of_design_b_gives_the_permutation_null_its_size():
+    """σ_T² = 0, I = J = 11: W2(A(i), B₋ᵢ) exceeds its 95% null in 5% of the comparisons, within three Monte-Carlo
+    standard errors (the grid is the unit: its 11 comparisons share B); with seed i's own value in B (the shared job)
+    it exceeds it less often (1,000 grids: 4.9% against 3.7%)."""
+    rng = np.random.default_rng(11)
+    grids, count = 300, 11
+    loo, shared = [], []
+    for grid in range(grids):
+        z = rng.normal(size=(count, count))
+        b = z[:, 0]
+        pairs = [(z[i], np.delete(b, i)) for i in range(count)]
+        nulls = w2_null_pairs(pairs, seed=grid)
+        loo.append(np.mean([w2(a, other) > null for (a, other), null in zip(pairs, nulls, strict=True)]))
+        shared_nulls = w2_nulls(list(z), b, seed=grid)
+        shared.append(np.mean([w2(a, b) > null for a, null in zip(z, shared_nulls, strict=True)]))
+    error = np.std(loo, ddof=1) / math.sqrt(grids)
+    assert np.mean(loo) == pytest.approx(0.05, abs=3 * error)
+    assert np.mean(shared) < np.mean(loo)
+
+
+def test_a_constant_method_has_exactly_zero_unlearning_seed_variance():
+    groups = [[0.1] * 3, [0.2] * 3, [0.3] * 3, [0.7] * 3]
+    assert np.var([0.1] * 3) != 0.0  # the naive computation leaves rounding noise
+    result = nested_variance(groups)
+    assert result.sigma_u2 == 0.0 and result.msw == 0.0
+    assert (result.sigma_u2_low, result.sigma_u2_high) == (0.0, 0.0)
+    assert result.sigma_t2 == pytest.approx(np.var([0.1, 0.2, 0.3, 0.7], ddof=1), rel=1e-12)
+    assert result.icc == 1.0
+    same = nested_variance([[0.3] * 4] * 5)
+    assert (same.sigma_t2, same.sigma_u2, same.total, same.mean) == (0.0, 0.0, 0.0, 0.3)
+    assert math.isnan(same.icc)
+
+
+def test_one_unlearning_seed_per_training_seed_identifies_only_the_total():
+    result = nested_variance([[1.0], [2.0], [4.0]])
+    assert result.J == 1 and result.total == pytest.approx(7 / 3)
+    assert math.isnan(result.sigma_t2) and math.isnan(result.sigma_u2) and math.isnan(result.icc)
+    assert any("J = 1" in w for w in result.warnings)
+
+
+def test_one_training_seed_identifies_only_the_unlearning_seed_component():
+    result = nested_variance([[1.0, 2.0, 4.0]])
+    assert result.I == 1 and result.sigma_u2 == pytest.approx(7 / 3)
+    assert math.isnan(result.sigma_t2) and math.isnan(result.total)
+    assert result.sigma_u2_low < 7 / 3 < result.sigma_u2_high
+    assert any("I = 1" in w for w in result.warnings)
+
+
+def test_unbalanced_grid_uses_the_unbalanced_anova_estimator_and_warns():
+    """n = (2, 3, 3), N = 8: means 2, 6, 9, grand mean 49/8; SSW = 2 + 8 + 8 = 18, MSW = 18/5;
+    SSB = 2(2 − 49/8)² + 3(6 − 49/8)² + 3(9 − 49/8)² = 58.875, MSB = 29.4375; n0 = (8 − 22/8)/2 = 2.625."""
+    result = nested_variance([[1, 3], [4, 6, 8], [7, 9, 11]])
+    assert not result.balanced and (result.J_min, result.J_max) == (2, 3)
+    assert result.J == 2.625  # exact in binary
+    assert result.msw == pytest.approx(3.6) and result.msb == pytest.approx(29.4375)
+    assert result.sigma_t2 == pytest.approx((29.4375 - 3.6) / 2.625)
+    assert any(w.startswith("unbalanced grid (2 to 3 unlearning seeds") for w in result.warnings)
+
+
+def test_enough_balanced_training_seeds_give_no_warning_and_nan_is_dropped():
+    rng = np.random.default_rng(5)
+    groups = [list(rng.normal(size=3)) for _ in range(10)]
+    assert nested_variance(groups).warnings == []
+    with_nan = [[*g, math.nan] for g in groups]
+    assert nested_variance(with_nan).as_dict() == nested_variance(groups).as_dict()
+    assert nested_variance([]).warnings == ["no values"]

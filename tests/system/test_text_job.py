@@ -1,0 +1,143 @@
+"""The text task end to end: the docs' Python example (`experiment=tofu` over three training seeds) run as a user runs
+it, its jobs' records and per-example outputs, the report it writes, the console script's table, and the task's
+refusals. One sweep serves every assertion; its tiny models live in the suite's shared cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import REPO, plain_config, run_cli
+from lightning_fabric import Fabric
+
+from unlearnbench.core.job import JobPlan
+from unlearnbench.tasks.text import metrics
+from unlearnbench.tasks.text.evaluate import TEXT_COLUMNS
+from unlearnbench.tasks.text.job import execute
+
+pytestmark = pytest.mark.processes
+
+EXAMPLE = REPO / "docs" / "examples" / "python" / "text_seeds.py"
+METHODS = {"grad_ascent", "grad_diff", "npo", "simnpo", "idk_dpo", "rmu", "undial", "text_finetune", "text_retrain"}
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory, shared_cache):
+    folder = tmp_path_factory.mktemp("text")
+    shutil.copy(EXAMPLE, folder / EXAMPLE.name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UNLEARNBENCH_", "PYTHONPATH"))}
+    run = subprocess.run([sys.executable, EXAMPLE.name], cwd=folder, capture_output=True, text=True, timeout=900,
+                         env={**env, "UNLEARNBENCH_CACHE_DIR": str(shared_cache)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    return folder / "runs" / "text_seeds", run
+
+
+@pytest.fixture(scope="module")
+def first(example) -> tuple[dict, pd.DataFrame]:
+    sweep, _ = example
+    folder = next(f for f in sweep.iterdir() if f.name.endswith("_t0_u0_e0"))
+    return json.loads((folder / "result.json").read_text()), pd.read_parquet(folder / "examples.parquet")
+
+
+def value(result: dict, role: str, metric: str, split: str | None = "forget", method: str | None = None) -> float:
+    found = [r["value"] for r in result["records"] if (r["role"], r["metric"], r["split"], r["method"]) ==
+             (role, metric, split, method)]
+    assert len(found) == 1, (role, metric, split, method)
+    return found[0]
+
+
+def test_the_example_sweeps_three_training_seeds_and_prints_its_tables(example):
+    sweep, run = example
+    results = [json.loads(p.read_text()) for p in sweep.glob("*/result.json")]
+    assert sorted(r["job"]["seed_train"] for r in results) == [0, 1, 2]
+    assert all(r["status"] == "complete" and not r["failures"] for r in results)
+    assert {r["job"]["task"] for r in results} == {"text"}
+    lines = run.stdout.splitlines()
+    assert lines[0].split() == ["seed_train", "0", "1", "2"]
+    printed = {line.split()[0] for line in lines if line.split() and line.split()[0] in METHODS}
+    assert printed == METHODS
+
+
+def test_the_seed_report_is_written_for_text_unchanged(example):
+    sweep, _ = example
+    report = sweep / "report"
+    variance = pd.read_csv(report / "seed_variance.csv")
+    text_rows = variance[(variance["metric"] == "forget_quality") & (variance["role"] == "unlearned")]
+    assert set(text_rows["method"]) == METHODS
+    summary = pd.read_csv(report / "summary.csv")
+    quality = summary[(summary["metric"] == "forget_quality") & (summary["role"] == "unlearned")]
+    assert (quality["n"] == 3).all() and set(quality["method"]) == METHODS
+    retrained = quality[quality["method"] == "text_retrain"]
+    assert retrained["mean"].item() == 1.0 and retrained["std"].item() == 0.0
+    per_example = pd.read_csv(report / "forget_quality.csv")  # the image task's pools, on the answers' loss
+    design_b = per_example[per_example["design"] == "B"]
+    assert set(design_b["method"]) >= METHODS - {"text_retrain"} and (design_b["n_models"] == 3).all()
+    assert "FQ" in (report / "report.md").read_text()
+
+
+def test_the_references_and_the_methods_behave_as_the_field_expects(first):
+    result, _ = first
+    assert {r["method"] for r in result["records"] if r["role"] == "unlearned"} == METHODS
+    assert value(result, "retrained", "forget_quality") == 1.0  # M_r against itself
+    assert value(result, "retrained", "privleak") == 0.0
+    assert value(result, "original", "forget_quality") < 0.05  # M_o remembers D_f
+    assert value(result, "original", "mia_min_k_auc") > 0.9
+    assert value(result, "original", "prob") > 0.5 > value(result, "retrained", "prob")
+    assert value(result, "unlearned", "prob", method="grad_ascent") < value(result, "original", "prob") / 2
+    for metric, split in (("forget_quality", "forget"), ("model_utility", None), ("prob", "retain")):
+        assert value(result, "unlearned", metric, split, "text_retrain") == value(result, "retrained", metric, split)
+    utility = [value(result, "original", m, s) for s in ("retain", "general_authors", "general_facts")
+               for m in ("prob", "rouge_l_recall", "truth_ratio")]
+    assert value(result, "original", "model_utility", None) == pytest.approx(metrics.model_utility(utility))
+    assert result["cache"]["original"]["key"] and result["cache"]["retrained"][0]["target"] == "forget10"
+
+
+def test_examples_hold_every_model_on_forget_retain_and_holdout(first):
+    result, examples = first
+    assert tuple(examples.columns) == TEXT_COLUMNS
+    models = examples.groupby(["role", "method"], dropna=False).size()
+    assert len(models) == 2 + len(METHODS)
+    forget = examples[(examples["split"] == "forget") & (examples["role"] == "original")]
+    assert len(forget) == result["dataset"]["full"] // 10  # forget10: 2 of 20 entities
+    assert np.isfinite(examples["conf"]).all()
+    # the per-example truth ratios aggregate into the record
+    assert metrics.closer_to_1_better(forget["truth_ratio"]) == pytest.approx(value(result, "original", "truth_ratio"))
+    assert metrics.probability(forget["loss"]).mean() == pytest.approx(value(result, "original", "prob"))
+    assert forget["index"].tolist() == list(range(result["dataset"]["full"] - len(forget), result["dataset"]["full"]))
+
+
+def test_the_console_script_prints_the_table_and_reproduces_the_sweeps_numbers(first, tmp_path, shared_cache):
+    result, _ = first
+    run = run_cli(["experiment=tofu", "+method=grad_ascent", f"paths.cache_dir={shared_cache}"], tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    header = next(line for line in run.stdout.splitlines() if line.startswith("target forget10"))
+    assert header.split()[2:5] == ["FQ", "MU", "prob"]
+    again = json.loads(next((tmp_path / "sweep").glob("*/result.json")).read_text())
+    mine = {(r["metric"], r["split"]): r["value"] for r in again["records"] if r["method"] == "grad_ascent"
+            and r["metric"] not in ("time_s", "memory_gib", "utilisation_pct")}
+    theirs = {(r["metric"], r["split"]): r["value"] for r in result["records"] if r["method"] == "grad_ascent"
+              and r["metric"] not in ("time_s", "memory_gib", "utilisation_pct")}
+    assert mine == theirs and len(mine) > 20
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["dataset=fictitious"], "the text task runs model=causal_lm in scenario=forget_entities (not resnet18 in "
+                             "full_class): use experiment=tofu"),
+    (["experiment=tofu", "scenario.count=3"], "set exactly one of scenario.split, scenario.fraction and "
+                                              "scenario.count (set: split, count)"),
+    (["experiment=tofu", "scenario.split=forget50"], "split 'forget50' is not a fixed split; valid: forget01, "
+                                                     "forget05, forget10"),
+    (["experiment=tofu", "scenario.split=null", "scenario.count=20"], "count=20 leaves no entity to retain"),
+])
+def test_bad_settings_fail_the_job_with_one_line(tmp_path, overrides, message):
+    config = plain_config(overrides, tmp_path)
+    outcome = execute(Fabric(accelerator="cpu", devices=1), JobPlan(config, [], str(tmp_path)))
+    assert message in outcome.error and outcome.trace is None
+    assert not list(Path(tmp_path).glob("cache/*"))  # nothing trained before the refusal

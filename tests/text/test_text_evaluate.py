@@ -1,0 +1,99 @@
+"""The text task's evaluation, scenario and model loading, in process: metrics that do not move with the evaluation
+batch size, forget sets drawn by the forget seed, a chat template's answer-only labels, a local pretrained model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from lightning_fabric import Fabric
+
+from unlearnbench.core.errors import UserError
+from unlearnbench.tasks.text.data import IGNORE, encode_chat, fictitious
+from unlearnbench.tasks.text.evaluate import TextEvaluator, model_scores
+from unlearnbench.tasks.text.model import CausalLM, tiny_llama
+from unlearnbench.tasks.text.scenario import ForgetEntities
+
+CHAT = ("{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} </s> {% endfor %}"
+        "{% if add_generation_prompt %}<assistant> {% endif %}")
+
+
+@pytest.fixture(scope="module")
+def data():
+    return fictitious(entities=6, holdout_entities=1, general=3, seed=2)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return CausalLM(hidden=16, heads=2, max_new_tokens=8)
+
+
+def test_metrics_do_not_change_with_the_evaluation_batch_size(data, lm):
+    tokenizer = lm.tokenizer(data.texts())
+    splits = ForgetEntities(split="forget10").split(data, torch.Generator())
+    model = tiny_llama(len(tokenizer), 3, hidden=16, heads=2).eval()
+    fabric = Fabric(accelerator="cpu", devices=1)
+    outputs = [TextEvaluator(fabric, lm.encoder(tokenizer), splits, size, 8).outputs(model) for size in (1, 3, 32)]
+    for other in outputs[1:]:
+        for split, out in outputs[0].items():
+            np.testing.assert_allclose(other[split].loss, out.loss, rtol=1e-5)
+            np.testing.assert_allclose(other[split].loss_perturbed, out.loss_perturbed, rtol=1e-5)
+            np.testing.assert_array_equal(other[split].rouge, out.rouge)
+            for score in out.mia:
+                np.testing.assert_allclose(other[split].mia[score], out.mia[score], rtol=1e-5)
+    scores = [model_scores(out, outputs[0]) for out in outputs]
+    assert all(s.keys() == scores[0].keys() for s in scores)
+    assert all(s[k] == pytest.approx(scores[0][k], rel=1e-5) for s in scores for k in s if s[k] is not None)
+    assert scores[0][("forget_quality", "forget")] == 1.0  # a model against itself
+
+
+def test_a_drawn_forget_set_is_whole_entities_from_the_forget_seed(data):
+    draw = ForgetEntities(split=None, count=2)
+    first = draw.split(data, torch.Generator().manual_seed(0))
+    assert len(first.entities) == 2 and {r["entity"] for r in first.forget} == set(first.entities)
+    assert draw.split(data, torch.Generator().manual_seed(0)).entities == first.entities
+    assert {draw.split(data, torch.Generator().manual_seed(s)).entities for s in range(6)} != {first.entities}
+    assert len(ForgetEntities(split=None, fraction=0.5).split(data, torch.Generator()).entities) == 3
+    fixed = ForgetEntities(split="forget05").split(data, torch.Generator())
+    assert fixed.entities == tuple(data.entities()[-1:])  # at least one entity, the last
+    assert not set(fixed.entities) & {r["entity"] for r in fixed.retain + fixed.retain_eval}
+    assert ForgetEntities(split=None, count=1).targets(data) == ["1_entities"]
+    with pytest.raises(UserError, match=r"fraction=1.5 is not valid; valid: in \(0, 1\)"):
+        ForgetEntities(split=None, fraction=1.5)
+
+
+def test_a_chat_template_puts_the_assistant_header_in_the_prompt(data, lm):
+    tokenizer = lm.tokenizer([*data.texts(), "<system> <user> <assistant> Be brief."])
+    tokenizer.chat_template = CHAT
+    item = encode_chat(tokenizer, "Where was X born?", "In Avenport.", "Be brief.")
+    words = tokenizer.convert_ids_to_tokens(item["input_ids"])
+    cut = sum(label == IGNORE for label in item["labels"])
+    assert words[:7] == ["<", "system", ">", "Be", "brief", ".", "</s>"]
+    assert words[cut - 4:cut] == ["</s>", "<", "assistant", ">"]  # the generation prompt closes the prompt
+    answer = tokenizer.convert_ids_to_tokens([t for t in item["labels"] if t != IGNORE])
+    assert answer[:4] == ["In", "Avenport", ".", "</s>"]
+    assert item["input_ids"][:cut] == CausalLM(chat_template=True, system_prompt="Be brief.").encoder(
+        tokenizer).prompt("Where was X born?")
+
+
+def test_a_local_pretrained_model_and_tokenizer_load_without_a_download(data, lm, tmp_path):
+    tokenizer = lm.tokenizer(data.texts())
+    tokenizer.chat_template = CHAT
+    model = tiny_llama(len(tokenizer), 5, hidden=16, heads=2)
+    model.save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    loaded = CausalLM(pretrained=str(tmp_path / "tiny"), chat_template=True)
+    again = loaded.new(loaded.tokenizer([]), seed=0)
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), model.state_dict().values(),
+                                                 strict=True))
+    assert loaded.identity(tokenizer)["pretrained"] == str(tmp_path / "tiny")
+    with pytest.raises(UserError, match=r"cannot load .*nothing is downloaded"):
+        CausalLM(pretrained=str(tmp_path / "absent")).tokenizer([])
+
+
+def test_a_record_longer_than_the_model_takes_is_one_line(data):
+    lm = CausalLM(hidden=16, heads=2, max_length=12)
+    tokenizer = lm.tokenizer(data.texts())
+    splits = ForgetEntities(split="forget10").split(data, torch.Generator())
+    with pytest.raises(UserError, match=r"tokens long, above max_length=12"):
+        TextEvaluator(Fabric(accelerator="cpu", devices=1), lm.encoder(tokenizer), splits, 4, 4)

@@ -1,0 +1,169 @@
+"""Each text method's step loss, as its YAML configures it, on a fixed forget and retain batch, against γ·L_forget +
+α·L_retain written here from the formulas of OpenUnlearning's trainers (plain torch over whole distributions, no
+call into unlearnbench.tasks.text.losses): the wiring of terms, signs, coefficients and reference model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import compose_config
+from omegaconf import OmegaConf
+from tiny import tiny_setting
+
+from unlearnbench.core.components import build
+from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.monitor import Cost
+from unlearnbench.runtime.seeding import streams
+from unlearnbench.tasks.text.data import IGNORE
+from unlearnbench.tasks.text.methods.base import TextTask
+
+TEXT_METHODS = ["grad_ascent", "grad_diff", "npo", "simnpo", "idk_dpo", "rmu", "undial"]
+
+
+@pytest.fixture(scope="module")
+def setting():
+    return tiny_setting()
+
+
+def method(name: str, *overrides: str):
+    config = compose_config(["experiment=tofu", f"+method={name}", *overrides])
+    return build(OmegaConf.to_container(config.method, resolve=True), "method")
+
+
+def task_of(setting, name: str) -> TextTask:
+    fabric, encoder, splits, forget, retain, _, reference, _, _ = setting
+    return TextTask(fabric, encoder, splits, forget, retain, streams("method", 0, name), None,
+                    original=lambda: reference, retrained=reference, retrained_cost=Cost())
+
+
+def logits(model, batch):
+    return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+
+
+def nll(model, batch):
+    """Per sequence: the summed NLL of the labelled next tokens, and their count."""
+    logp = torch.log_softmax(logits(model, batch)[:, :-1], -1)
+    labels = batch["labels"][:, 1:]
+    mask = labels != IGNORE
+    picked = logp.gather(-1, labels.clamp(min=0)[..., None])[..., 0]
+    return -(picked * mask).sum(1), mask.sum(1)
+
+
+def mean_nll(model, batch):
+    total, count = nll(model, batch)
+    return total.sum() / count.sum()
+
+
+def expected(name: str, model, reference, forget, retain, extra=None):
+    """γ·L_forget + α·L_retain of the method with its YAML's defaults."""
+    with torch.no_grad():
+        ref_f, _ = nll(reference, forget)
+    if name == "grad_ascent":
+        return -mean_nll(model, forget)
+    retain_nll = mean_nll(model, retain)
+    if name == "grad_diff":
+        return -mean_nll(model, forget) + retain_nll
+    if name == "npo":
+        theta, _ = nll(model, forget)
+        return -(2 / 0.1) * F.logsigmoid(-0.1 * (ref_f - theta)).mean() + retain_nll
+    if name == "simnpo":
+        theta, count = nll(model, forget)
+        return 0.125 * -(2 / 4.5) * F.logsigmoid(4.5 * theta / count).mean() + retain_nll
+    if name == "idk_dpo":
+        idk = extra
+        theta_w, _ = nll(model, idk)
+        with torch.no_grad():
+            ref_w, _ = nll(reference, idk)
+        theta_l, _ = nll(model, forget)
+        margin = (ref_w - theta_w) - (ref_f - theta_l)
+        return -(2 / 0.1) * F.logsigmoid(0.1 * margin).mean() + retain_nll
+    if name == "undial":
+        z, z_ref = logits(model, forget)[:, :-1], logits(reference, forget)[:, :-1].detach()
+        labels = forget["labels"][:, 1:]
+        lowered = z_ref.clone()
+        for b, t in (labels != IGNORE).nonzero().tolist():
+            lowered[b, t, labels[b, t]] -= 10.0
+        return -(torch.softmax(lowered, -1) * torch.log_softmax(z, -1)).sum(-1).mean()
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize("name", [m for m in TEXT_METHODS if m != "rmu"])
+def test_each_methods_step_loss_is_its_formula(setting, name, monkeypatch):
+    _, encoder, splits, _, _, model, reference, forget, retain = setting
+    chosen = method(name)
+    task = task_of(setting, name)
+    extra = None
+    if name == "idk_dpo":  # one "I don't know" answer, so that the draw does not matter
+        monkeypatch.setattr("unlearnbench.tasks.text.methods.idk_dpo.IDK_ANSWERS", ("I don't know.",))
+        chosen.prepare(model, reference, task)
+        from unlearnbench.tasks.text.data import collate
+        extra = collate([encoder.item(splits.forget[row]["question"], "I don't know.")
+                         for row in forget["row"].tolist()], encoder.pad_id)
+    else:
+        chosen.prepare(model, reference, task)
+    got = chosen.loss(model, reference, forget, retain, task)
+    assert got.item() == pytest.approx(expected(name, model, reference, forget, retain, extra).item(), rel=1e-5)
+    assert got.requires_grad
+
+
+def test_grad_diffs_kl_retain_term_is_the_kl_from_the_reference_at_every_position(setting):
+    *_, model, reference, forget, retain = setting
+    chosen = method("grad_diff", "method.retain_loss=kl")
+    assert chosen.needs_reference() and not method("grad_diff").needs_reference()
+    p_ref = torch.softmax(logits(reference, retain), -1).detach()
+    kl = (p_ref * (p_ref.log() - torch.log_softmax(logits(model, retain), -1))).sum(-1).mean()
+    got = chosen.loss(model, reference, forget, retain, task_of(setting, "grad_diff"))
+    assert got.item() == pytest.approx((-mean_nll(model, forget) + kl).item(), rel=1e-5)
+
+
+def test_rmu_steers_one_layers_output_to_a_seeded_direction_and_keeps_the_retain_activations(setting):
+    *_, model, reference, forget, retain = setting
+    chosen, task = method("rmu"), task_of(setting, "rmu")
+    chosen.prepare(model, reference, task)
+    try:
+        got = chosen.loss(model, reference, forget, retain, task)
+    finally:
+        chosen.hidden.handle.remove()
+        chosen.reference_hidden.handle.remove()
+    # layer null → (2 − 1) // 2 = 0: hidden_states[1] is the first decoder layer's output
+    direction = torch.rand(1, 1, 16, generator=streams("method", 0, "rmu").torch)
+    target = 2.0 * direction / direction.norm()
+
+    def distance(h, goal, labels):
+        answer = (labels != IGNORE).float()
+        return (((h - goal) ** 2).mean(-1) * answer).sum(1).div(answer.sum(1)).mean()
+
+    def layer(m, batch):
+        return m(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                 output_hidden_states=True).hidden_states[1]
+
+    want = distance(layer(model, forget), target, forget["labels"]) + distance(
+        layer(model, retain), layer(reference, retain).detach(), retain["labels"])
+    assert got.item() == pytest.approx(want.item(), rel=1e-5)
+    with pytest.raises(UserError, match="layer=5 is not valid; valid: 0 to 1"):
+        method("rmu", "method.layer=5").prepare(model, reference, task)
+
+
+def test_the_retain_draw_and_the_order_come_from_the_unlearning_seed(setting):
+    task = task_of(setting, "npo")
+    again, other = task_of(setting, "npo"), TextTask(*[getattr(task, f) for f in ("fabric", "encoder", "splits",
+                                                                                     "forget", "retain")],
+                                                      streams("method", 1, "npo"), None, task.original,
+                                                      task.retrained, task.retrained_cost)
+    rows = [[(f["row"].tolist(), r["row"].tolist()) for f, r in t.pairs(2)] for t in (task, again, other)]
+    assert rows[0] == rows[1] and rows[0] != rows[2]
+    forget_rows = sorted(row for f, _ in rows[0] for row in f)
+    assert forget_rows == list(range(len(task.forget)))  # one epoch: every forget example once
+
+
+def test_every_text_method_is_one_of_the_task_and_refuses_an_image_dataset():
+    config = compose_config(["experiment=tofu", "+method=ssd"])
+    from unlearnbench.core.job import plan_job
+
+    with pytest.raises(UserError, match="method ssd serves the image_classification task, but dataset fictitious "
+                                        "is a text dataset"):
+        plan_job(config, None)
+    with pytest.raises(UserError, match="method npo serves the text task, but dataset digits is a "
+                                        "image_classification dataset"):
+        plan_job(compose_config(["+method=npo"]), None)

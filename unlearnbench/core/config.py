@@ -1,0 +1,400 @@
+"""Structured-config schemas: a misspelled key or a wrongly typed value fails when Hydra composes the config, and a
+value outside its range fails `validate` before any work.
+
+Groups whose shape is fixed (task, seeds, paths, training recipe, evaluation, runtime, strategy, precision, study) are
+typed here, each numeric field with its range. Component groups (dataset, model, scenario, method) carry the keyword
+arguments of their `_target_`, which differ per component; their constructors' signatures check them before any work
+starts (`components.build`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import re
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import II, MISSING, DictConfig, ListConfig, OmegaConf
+
+from unlearnbench.core.errors import UserError
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric option may take: [low, high] with either end open or absent, or one of `choices`."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple = ()
+
+    def admits(self, value: Any) -> bool:
+        if self.choices:
+            return value in self.choices
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+            return False
+        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
+        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
+        return above and below
+
+    def __str__(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(map(str, self.choices))
+        low = "" if self.low is None else f"{'(' if self.low_open else '['}{self.low:g}"
+        high = "" if self.high is None else f"{self.high:g}{')' if self.high_open else ']'}"
+        if not high:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        if not low:
+            return f"{'<' if self.high_open else '<='} {self.high:g}"
+        return f"in {low}, {high}"
+
+
+def ranged(default: Any, range_: Range, *, optional: bool = False) -> Any:
+    """A dataclass field whose values `validate` checks against `range_` (None passes where `optional`)."""
+    return field(default=default, metadata={"range": range_, "optional": optional})
+
+
+AT_LEAST_0, AT_LEAST_1, POSITIVE = Range(low=0), Range(low=1), Range(low=0, low_open=True)
+
+
+def option_range_problems(kind: str, ranges: Mapping[str, Range], options: Mapping[str, Any],
+                          values: Callable[[Any], list] = lambda value: [value]) -> list[str]:
+    """A line "kind.name=value is not valid; valid: range" for each of a component's options outside the range it
+    declares (`check_options`, which `components.build` calls); `values(value)` lists what one option holds (a
+    method's option may be a mapping by model, dataset or scenario)."""
+    return [f"{kind}.{name}={value!r} is not valid; valid: {ranges[name]}" for name, value in options.items()
+            if name in ranges and not all(ranges[name].admits(leaf) for leaf in values(value))]
+
+
+@dataclass
+class Seeds:
+    """Training seed fixes M_o; unlearning seed fixes M_r and the method; eval seed the MIA; forget seed the
+    random-sample forget set D_f (by default the unlearning seed: hold it fixed to compare models on one D_f)."""
+
+    train: int = ranged(0, AT_LEAST_0)
+    unlearn: int = ranged(II("seeds.train"), AT_LEAST_0)
+    eval: int = ranged(II("seeds.unlearn"), AT_LEAST_0)
+    forget: int = ranged(II("seeds.unlearn"), AT_LEAST_0)
+
+
+@dataclass
+class Paths:
+    data_dir: str = MISSING
+    cache_dir: str = MISSING
+    vit_weights: str = MISSING  # model=vit's default `pretrained`: a directory or a hub id in the local HF cache
+
+
+@dataclass
+class Augment:
+    """Batch augmentation on the device: random crop with zero padding, horizontal flip, rotation (degrees)."""
+
+    crop_padding: int = ranged(4, AT_LEAST_0)
+    flip: bool = True
+    rotation: float = ranged(15.0, Range(0, 180))
+
+
+@dataclass
+class TrainRecipe:
+    """How M_o and M_r are trained (the SSD authors' recipe: docs/running.md, "Training recipes")."""
+
+    epochs: int = ranged(20, AT_LEAST_1)
+    batch_size: int = ranged(64, AT_LEAST_1)
+    lr: float = ranged(0.1, POSITIVE)
+    momentum: float = ranged(0.9, Range(0, 1, high_open=True))
+    weight_decay: float = ranged(5e-4, AT_LEAST_0)
+    warmup_epochs: float = ranged(1.0, AT_LEAST_0)
+    milestones: list[int] = field(default_factory=lambda: [8, 12, 16], metadata={"range": AT_LEAST_1, "each": True})
+    gamma: float = ranged(0.2, Range(0, 1, low_open=True))
+    optimizer: str = ranged("sgd", Range(choices=("sgd", "adamw")))  # adamw: the SUPREME ViT recipe (no momentum)
+    # After the warm-up: ×gamma at milestones, or cosine annealing or a linear decay (the text task's, as the HF
+    # Trainer's) to 0 over the remaining epochs.
+    schedule: str = ranged("step", Range(choices=("step", "cosine", "linear")))
+    augment: Augment = field(default_factory=Augment)
+
+
+@dataclass
+class Relearn:
+    """Relearn time (Golatkar et al. 2020, docs/metrics.md): copies of M_o, M_r and every M_u fine-tuned on D_f (or
+    `examples` of it, drawn with the evaluation seed) with the training recipe's optimiser at a constant rate, no
+    augmentation; the steps until the loss on that set falls to M_o's, capped at `max_steps`, and the accuracy on it
+    after `k` steps. Off by default: it trains every model of the job once more."""
+
+    enabled: bool = False
+    examples: int | None = ranged(None, Range(low=2), optional=True)  # null: all of D_f; a step needs two samples
+    max_steps: int = ranged(25, AT_LEAST_1)  # the cap: a model not there by then is recorded as max_steps
+    k: int = ranged(1, AT_LEAST_0)  # relearn_acc is the accuracy after k steps (k <= max_steps)
+    lr: float | None = ranged(None, POSITIVE, optional=True)  # null: train.lr, the recipe's peak rate
+    batch_size: int = ranged(32, Range(low=2))  # batch normalisation in training mode needs two samples
+
+
+@dataclass
+class Evaluation:
+    batch_size: int | None = ranged(None, AT_LEAST_1, optional=True)  # null: by device, 64 on CPUs, 1024 on GPUs
+    mia_max_members: int = ranged(10000, AT_LEAST_1)  # the MIA attacker sees at most this many retain samples
+    mia_loss_folds: int = ranged(5, Range(low=2))  # cross-validation needs two folds at least
+    examples: bool = True  # write examples.parquet (per-example outputs for the forgetting-quality scores)
+    examples_per_split: int = ranged(1000, AT_LEAST_0)  # of D_r and of D'_r (D_f is always whole)
+    relearn: Relearn = field(default_factory=Relearn)  # relearn time, opt-in (`evaluation.relearn.enabled=true`)
+
+
+@dataclass
+class Runtime:
+    accelerator: str = ranged("auto", Range(choices=("auto", "cpu", "gpu", "cuda", "mps", "tpu")))
+    deterministic: bool = True
+    threads: int | None = ranged(None, AT_LEAST_1, optional=True)  # torch intra-op threads (null: torch's default)
+    matmul_precision: str = ranged("high", Range(choices=("highest", "high", "medium")))
+    # The models' layout for training. null: on for CUDA (cuDNN's fast path with mixed precision), off on CPUs:
+    # there PyTorch 2.14's channels_last 1×1 stride-2 convolution backward is nondeterministic and can corrupt memory
+    # (seen with narrow ResNets), for a small gain (float32 training 1.0–1.1× on a 2-core AMD EPYC). Evaluation on
+    # a CPU takes channels_last inputs whatever this says (forward only: 1.3–2× faster; runtime/evaluate.py).
+    channels_last: bool | None = None
+    print_table: bool = True
+    # Live progress: a bar per training run on a terminal, the epoch lines on the console, the sweep's count and ETA
+    # after every job. false keeps the job's log file alone (its stage and epoch lines are always written).
+    progress: bool = True
+
+
+@dataclass
+class Task:
+    """What kind of experiment the dataset poses, and the function that runs one job of it."""
+
+    name: str = "image_classification"
+    runner: str = "unlearnbench.core.job.execute"
+
+
+@dataclass
+class Strategy:
+    name: str = MISSING
+    fabric: str = MISSING  # the strategy name Fabric understands
+    devices: int = ranged(1, AT_LEAST_1)
+    num_nodes: int = ranged(1, AT_LEAST_1)
+    # The process group's timeout: how long a rank waits in a collective (and after a unit of work, for its peers'
+    # status) before it takes a peer to be dead or stuck. PyTorch's own default, 30 minutes: far above the longest
+    # legitimate wait (a rank publishing a cache entry while the others wait, a cold torch.compile), and a rank that
+    # dies is found sooner anyway (ddp_spawn sees its exit at once; SLURM's --kill-on-bad-exit ends the step).
+    timeout_s: float = ranged(1800.0, POSITIVE)
+    max_devices: int | None = None
+    relaunches_script: bool = False  # starts ranks >= 1 by re-running sys.argv: only safe under SLURM
+    needs_cuda: bool = False
+    module: str | None = None  # Python package it needs
+    extra: str | None = None  # the unlearnbench extra that installs it
+    hint: str | None = None  # what to use instead where it cannot run
+
+
+@dataclass
+class Precision:
+    name: str = MISSING
+    fabric: str | None = None  # a precision string Fabric understands, or null for a bitsandbytes mode
+    bitsandbytes: str | None = None  # nf4, nf4-dq, fp4, fp4-dq, int8, int8-training
+    dtype: str | None = None  # compute dtype of the bitsandbytes layers
+    needs_cuda: bool = False
+    min_capability: list[int] | None = None  # CUDA compute capability, e.g. [8, 9] for FP8
+    module: str | None = None
+    extra: str | None = None
+    hint: str | None = None  # what to use instead on hardware that cannot run it
+
+
+# The leaderboard's metrics (`metric:split`, or `metric` without a split): per task, those a configuration records:
+# image |Δacc| on D_f, D'_f, D'_r and |ΔMIA|; ranking NDCG@10 against M_r; text forget quality, model utility
+# against M_r and privleak (docs/comparing.md).
+LEADERBOARD_METRICS = ("delta_acc:forget_train", "delta_acc:forget_test", "delta_acc:retain_test",
+                       "delta_mia:forget_train", "ndcg@10", "forget_quality:forget", "model_utility", "privleak:forget")
+
+
+@dataclass
+class Leaderboard:
+    """The report's leaderboard: the metrics of its aggregate rank, and the bootstrap's resamples."""
+
+    metrics: list[str] = field(default_factory=lambda: list(LEADERBOARD_METRICS))
+    resamples: int = ranged(1000, AT_LEAST_1)  # bootstrap resamples of the training seeds (rank intervals, P(best))
+
+
+@dataclass
+class ReportOptions:
+    """The end-of-sweep report's options (`unlearnbench-report --target-se` for a rebuilt one)."""
+
+    target_se: float = ranged(0.01, POSITIVE)  # the standard error a method's mean should reach (seed plan)
+    permutations: int = ranged(100, AT_LEAST_1)  # random splits behind each forgetting quality's null
+    figures: bool = True  # draw figures/ (`unlearnbench-report --no-figures` leaves them out of a rebuilt one)
+    leaderboard: Leaderboard = field(default_factory=Leaderboard)
+
+
+@dataclass
+class StudyDesign:
+    """The seed-sensitivity design of `experiment=seed_sensitivity`: I training seeds × J unlearning seeds nested in
+    each. `repeat` is the unlearning index j in 0..J-1 (swept); the unlearning seed is seeds.train·J + repeat."""
+
+    I: int = ranged(5, AT_LEAST_1)  # noqa: E741 (the study's own notation)
+    J: int = ranged(5, AT_LEAST_1)
+    repeat: int = ranged(0, AT_LEAST_0)
+    # `experiment=forget_quality`: design A (I training seeds × J unlearning seeds) together with design B (B training
+    # seeds, one unlearning seed each; its first I are A's j = 0 jobs); `job` numbers the union's jobs (swept).
+    B: int | None = ranged(None, AT_LEAST_1, optional=True)
+    job: int = ranged(0, AT_LEAST_0)
+
+
+@dataclass
+class Config:
+    task: Task = field(default_factory=Task)  # set by the datasets of other tasks (ranking: `experiment=foltr`)
+    dataset: Any = MISSING
+    model: Any = MISSING
+    scenario: Any = MISSING
+    strategy: Strategy = MISSING
+    precision: Precision = MISSING
+    seeds: Seeds = field(default_factory=Seeds)
+    paths: Paths = field(default_factory=Paths)
+    train: TrainRecipe = field(default_factory=TrainRecipe)
+    evaluation: Evaluation = field(default_factory=Evaluation)
+    runtime: Runtime = field(default_factory=Runtime)
+    report: ReportOptions = field(default_factory=ReportOptions)
+    method: Any = None  # absent from the defaults list: `+method=X` selects, none means every method of the task
+    methods: list[str] | None = None  # without `+method`: only these of the task's methods, in one job
+    study: StudyDesign | None = None  # set by `experiment=seed_sensitivity`
+
+
+ConfigStore.instance().store(name="unlearnbench_schema", node=Config)
+
+# Names that become parts of a job's folder name: no path separators, no leading dot.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=,-]*")
+NAMED_GROUPS = ("dataset", "model", "scenario", "method", "strategy", "precision")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raise one `UserError` that lists every option outside its range and every unsafe component name, so that a
+    sweep fails before any work (the Hydra callback calls this on the sweep's config, every job on its own)."""
+    problems = range_problems(cfg, Config, "") + relearn_problems(cfg)
+    for group in NAMED_GROUPS:
+        name = OmegaConf.select(cfg, f"{group}.name", default=None)
+        if name is not None and not SAFE_NAME.fullmatch(str(name)):
+            problems.append(f"{group}.name={name!r} must be letters, digits and _ . + = , - (it names the job's "
+                            f"folder)")
+    problems += leaderboard_problems(OmegaConf.select(cfg, "report.leaderboard.metrics", default=None))
+    if problems:
+        raise UserError("invalid config: " + "; ".join(problems))
+
+
+def leaderboard_problems(names: Any) -> list[str]:
+    """`report.leaderboard.metrics` entries the leaderboard cannot rank by: a metric without a best value."""
+    from unlearnbench.report.compute.analysis import ideal
+
+    bad = [str(n) for n in names or () if ideal(str(n).split(":", 1)[0]) is None]
+    if not bad:
+        return []
+    return [f"report.leaderboard.metrics has {', '.join(bad)}, which have no best value to rank by; valid: "
+            f"metric or metric:split of a metric the report marks best (deltas, distances, acc, loss, mia, "
+            f"completeness, tow, ndcg@10, forget_quality, model_utility, privleak, ...), e.g. "
+            f"{','.join(LEADERBOARD_METRICS[:2])}"]
+
+
+def range_problems(node: Any, schema: type, prefix: str) -> list[str]:
+    """The fields of `node` (a config of dataclass `schema`) whose resolved value lies outside the field's range."""
+    if not isinstance(node, DictConfig):
+        return []
+    problems = []
+    hints = typing.get_type_hints(schema)
+    for spec in dataclasses.fields(schema):
+        path = f"{prefix}{spec.name}"
+        nested = next((t for t in (hints[spec.name], *typing.get_args(hints[spec.name]))
+                       if dataclasses.is_dataclass(t)), None)
+        if spec.name not in node or OmegaConf.is_interpolation(node, spec.name):
+            continue  # an interpolated value derives from options checked where they are set
+        if nested is not None:
+            problems += range_problems(node[spec.name], nested, f"{path}.")
+        elif "range" in spec.metadata:
+            problems += field_problems(path, node[spec.name], spec.metadata)
+    return problems
+
+
+def relearn_problems(cfg: DictConfig) -> list[str]:
+    """The one check across relearn options: the accuracy is taken after k steps, which the cap must allow."""
+    k, cap = (OmegaConf.select(cfg, f"evaluation.relearn.{name}", default=None) for name in ("k", "max_steps"))
+    admitted = all(isinstance(v, int) and not isinstance(v, bool) for v in (k, cap))
+    if admitted and k > cap:
+        return [f"evaluation.relearn.k={k} is not valid; valid: <= evaluation.relearn.max_steps={cap}"]
+    return []
+
+
+def field_problems(path: str, value: Any, metadata: dict) -> list[str]:
+    if value is None and metadata.get("optional"):
+        return []
+    each = metadata.get("each", False)
+    values = list(value) if each and isinstance(value, ListConfig | list) else [value]
+    if all(metadata["range"].admits(v) for v in values):
+        return []
+    shown = OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+    return [f"{path}={shown} is not valid; valid: {'each ' if each else ''}{metadata['range']}"]
+
+
+def _subdir_suffix(override_dirname: str) -> str:
+    """Job-folder suffix from the overrides that are not already in the folder's readable name.
+
+    Two jobs that differ only in, say, `train.epochs` must not share a folder; a long suffix is shortened with a
+    hash so that it stays a valid file name.
+    """
+    if not override_dirname:
+        return ""
+    text = override_dirname.replace("/", "-")
+    if len(text) > 60:
+        text = f"{text[:40]}-{hashlib.sha1(override_dirname.encode()).hexdigest()[:10]}"
+    return f"_{text}"
+
+
+def _unlearn_seed(train: int, repeat: int, count: int) -> int:
+    """The study's unlearning seed s_u = i·J + j (0-based i, j; the SUPREME paper's (i−1)·J + j): every (training
+    seed, unlearning index) pair gets its own unlearning seed."""
+    train, repeat, count = int(train), int(repeat), int(count)
+    if count < 1 or not 0 <= repeat < count:
+        raise ValueError(f"study.repeat must lie in 0..study.J-1 = 0..{count - 1}, got {repeat}")
+    if train < 0:
+        raise ValueError(f"seeds.train must be >= 0 in the seed-sensitivity study, got {train}")
+    return train * count + repeat
+
+
+def _design_cell(job: int, count_a: int, repeats: int, count_b: int) -> tuple[int, int]:
+    """(training seed, unlearning index) of job k of designs A ∪ B: k < I·J is A's (k // J, k mod J); the rest are
+    B's training seeds I..B−1 with j = 0 (B's training seeds below I are A's j = 0 jobs, not run twice)."""
+    job, count_a, repeats, count_b = int(job), int(count_a), int(repeats), int(count_b)
+    total = design_jobs(count_a, repeats, count_b)
+    if not 0 <= job < total:
+        raise ValueError(f"study.job must lie in 0..{total - 1} (designs A and B together), got {job}")
+    if job < count_a * repeats:
+        return divmod(job, repeats)
+    return count_a + job - count_a * repeats, 0
+
+
+def design_jobs(count_a: int, repeats: int, count_b: int) -> int:
+    """The number of jobs of design A (I × J) and design B (B training seeds) together."""
+    return int(count_a) * int(repeats) + max(0, int(count_b) - int(count_a))
+
+
+def _gpus_per_node(accelerator: str, devices: int) -> int:
+    """GPUs a SLURM job asks for on each node: one per device, none when the job runs on CPUs (a node without GPUs
+    refuses any GPU request)."""
+    return 0 if str(accelerator) in ("cpu", "mps") else int(devices)
+
+
+def _safe_name(name: str) -> str:
+    """A component name as a folder-name part: anything but letters, digits and _ . + = , - becomes '-', so that no
+    name (even one swept, which `validate` sees only inside its job) puts a job folder outside the sweep folder."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.+=,-]", "-", str(name))
+    return "-" + cleaned[1:] if cleaned.startswith(".") else cleaned
+
+
+if not OmegaConf.has_resolver("ub_safe"):
+    OmegaConf.register_new_resolver("ub_safe", _safe_name)
+if not OmegaConf.has_resolver("ub_suffix"):
+    OmegaConf.register_new_resolver("ub_suffix", _subdir_suffix)
+if not OmegaConf.has_resolver("ub_gpus_per_node"):
+    OmegaConf.register_new_resolver("ub_gpus_per_node", _gpus_per_node)
+if not OmegaConf.has_resolver("ub_design_train"):
+    OmegaConf.register_new_resolver("ub_design_train", lambda *cell: _design_cell(*cell)[0])
+    OmegaConf.register_new_resolver("ub_design_repeat", lambda *cell: _design_cell(*cell)[1])
+    OmegaConf.register_new_resolver("ub_design_jobs", design_jobs)
+if not OmegaConf.has_resolver("ub_unlearn_seed"):
+    OmegaConf.register_new_resolver("ub_unlearn_seed", _unlearn_seed)

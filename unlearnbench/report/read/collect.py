@@ -1,0 +1,349 @@
+"""Read every `result.json` under sweep folders into one tidy table (pandas; no torch).
+
+Whatever a file holds, the report is built: a file that cannot be read, is not JSON, is larger than any result or
+does not have the shape of a result (`check_result`) counts as a failed job, listed with a one-line reason naming
+the file and the problem. Non-finite values (JSON `Infinity`, `NaN`) are treated as missing, and counted for a
+warning, so that one diverged run cannot turn every mean into inf.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import reprlib
+from pathlib import Path
+
+import pandas as pd
+
+from unlearnbench.core.files import RESULT
+
+log = logging.getLogger(__name__)
+RECORD_COLUMNS = ["target", "method", "role", "metric", "split", "value", "round"]
+STATUSES = ("complete", "failed")
+ROLES = ("original", "retrained", "unlearned")
+MAX_RESULT_BYTES = 256 * 2**20  # a real result holds a few MiB: a larger file is refused without reading it
+INT64 = 2**63  # seeds, rounds and numbers in job fields must fit the int64 columns of the tables
+# Columns the collector sets itself: a job field of one of these names would overwrite them.
+COST_COLUMNS = ["cost_original_s", "cost_retrained_s"]  # training time of M_o, and of the row's target's M_r
+RESERVED = {"folder", "status", "error", "numerics", "job_method", *RECORD_COLUMNS, *COST_COLUMNS} - {"method"}
+SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # a surrogate escape: lone ones cannot be written to any file
+SHOWN = 5  # jobs (and metrics per job) a warning names before "… more"
+
+
+class SchemaError(ValueError):
+    """Valid JSON that is not a result: the message names the field and what is wrong with it."""
+
+
+def _int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -INT64 <= value < INT64
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _scalar(value) -> bool:
+    return value is None or isinstance(value, (str, bool, float)) or _int(value)
+
+
+def _flat(value) -> bool:
+    """A scalar, or a list or object of scalars (the fields of a numerics identity)."""
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
+    return all(_scalar(item) for item in items)
+
+
+def _require(ok: bool, where: str, value, expected: str) -> None:
+    if not ok:
+        raise SchemaError(f"{where}: {reprlib.repr(value)} is not {expected}")
+
+
+RECORD_SCHEMA = [  # (key, test, what it must be); `round` alone may be absent
+    ("metric", lambda v: isinstance(v, str), "a string"),
+    ("role", lambda v: v in ROLES, "one of " + ", ".join(ROLES)),
+    ("target", lambda v: isinstance(v, str) or _int(v), "a string or an integer"),
+    ("method", lambda v: v is None or isinstance(v, str), "a string or null"),
+    ("split", lambda v: v is None or isinstance(v, str), "a string or null"),
+    ("value", lambda v: v is None or _number(v), "a number or null"),
+    ("round", lambda v: v is None or _int(v), "an integer or null"),
+]
+
+
+def check_result(result) -> None:
+    """Raise a `SchemaError` naming the first field of `result` (parsed JSON) that a result cannot hold: the
+    reporter's tables and statistics rely on these types (seeds as int64, a known role, a number or null as value)."""
+    _require(isinstance(result, dict), "the file", result, "a JSON object")
+    _require(result.get("status") in STATUSES, "status", result.get("status"), " or ".join(STATUSES))
+    check_job(result.get("job"), complete=result["status"] == "complete")
+    records = result.get("records")
+    _require(records is None or isinstance(records, list), "records", records, "a list")
+    for k, record in enumerate(records or []):
+        check_record(record, f"records[{k}]")
+    check_numerics(result.get("numerics"))
+
+
+def check_job(job, complete: bool) -> None:
+    """The job's fields: scalars, seeds as integers. A failed job may lack its seeds (a config that did not resolve):
+    its error is what the report shows, and its records never enter the statistics."""
+    _require(isinstance(job, dict), "job", job, "an object")
+    if complete:
+        _require(_int(job.get("seed_train")), "job.seed_train", job.get("seed_train"), "an integer")
+    for key in ("seed_train", "seed_unlearn", "seed_eval", "seed_forget"):
+        _require(job.get(key) is None or _int(job[key]), f"job.{key}", job.get(key), "an integer or null")
+    for key, value in job.items():
+        if key in RESERVED:
+            raise SchemaError(f"job.{key}: a name the reporter keeps for its own column, not a job field")
+        _require(_scalar(value), f"job.{key}", value, "a string, number, boolean or null")
+
+
+def check_record(record, where: str) -> None:
+    _require(isinstance(record, dict), where, record, "an object")
+    for key, test, expected in RECORD_SCHEMA:
+        if key not in record and key != "round":
+            raise SchemaError(f"{where}: no {key!r}")
+        _require(test(record.get(key)), f"{where}.{key}", record.get(key), expected)
+
+
+def check_numerics(numerics) -> None:
+    if numerics is None:
+        return
+    _require(isinstance(numerics, dict), "numerics", numerics, "an object or null")
+    for key, value in numerics.items():
+        _require(_flat(value), f"numerics.{key}", value, "a value, or a list or object of values")
+    _require(numerics.get("id") is None or isinstance(numerics["id"], str), "numerics.id", numerics.get("id"),
+             "a string")
+    _require(numerics.get("world_size") is None or _int(numerics["world_size"]), "numerics.world_size",
+             numerics.get("world_size"), "an integer")
+
+
+def check_failures(failures) -> None:
+    """The optional `failures` list: one {target, method, error} per method that failed or diverged in a job whose
+    other methods completed."""
+    _require(isinstance(failures, list), "failures", failures, "a list")
+    for k, failure in enumerate(failures):
+        where = f"failures[{k}]"
+        _require(isinstance(failure, dict), where, failure, "an object")
+        _require(isinstance(failure.get("target"), str) or _int(failure.get("target")), f"{where}.target",
+                 failure.get("target"), "a string")
+        _require(failure.get("method") is None or isinstance(failure["method"], str), f"{where}.method",
+                 failure.get("method"), "a string or null")
+        _require(isinstance(failure.get("error"), str), f"{where}.error", failure.get("error"), "a string")
+
+
+def read_result(path: Path) -> dict:
+    """The checked result in `path`; an `OSError` or `ValueError` (a `SchemaError` for valid JSON of the wrong
+    shape) with a one-line reason otherwise. Oversized files are refused unread, and nesting deeper than the
+    parser's recursion limit is a reason, not a crash."""
+    size = path.stat().st_size
+    if size > MAX_RESULT_BYTES:
+        raise SchemaError(f"{size / 2**20:.0f} MiB, larger than a result can be (at most {MAX_RESULT_BYTES // 2**20} "
+                          "MiB): not read")
+    try:
+        raw = path.read_bytes()
+        result = json.loads(raw)
+        if SURROGATE.search(raw):
+            json.dumps(result, ensure_ascii=False).encode()
+    except RecursionError:
+        raise SchemaError("nested too deeply to be a result") from None
+    except MemoryError:
+        raise SchemaError("too large to read into memory") from None
+    except UnicodeEncodeError:
+        raise SchemaError("holds text with a lone surrogate (an invalid \\ud800-\\udfff escape)") from None
+    check_result(result)
+    return result
+
+
+def failed_methods(jobs: list[dict]) -> list[dict]:
+    """The methods that failed or diverged inside jobs that completed otherwise, one dict each (folder, target,
+    method, error); a failed job's own failures are already told by its error."""
+    return [{"folder": job["folder"], **failure} for job in jobs if job.get("status") == "complete"
+            for failure in job.get("failures") or []]
+
+
+def result_files(folders: list[Path]) -> list[Path]:
+    return sorted({p for folder in folders for p in Path(folder).rglob(RESULT)})
+
+
+def load_results(folders: list[Path]) -> tuple[pd.DataFrame, list[dict]]:
+    """(records of every job, one row each, with the job's fields as columns; the jobs as dicts with their folder
+    and status). Files that cannot be read (status `unreadable`) or do not hold a result (`invalid`) count as failed
+    jobs, with the reason as their error.
+
+    Columns: the job's fields (`task`, `dataset`, …, `seed_train`, `seed_unlearn`, `seed_eval`, …; the job's own
+    `method` field, `all` when it ran every method, as `job_method`), `folder`, `status`, `numerics` (the id of
+    the machine's numerics identity, see `mixed_numerics`), then the record's
+    `target`, `method` (null for the original and retrained models), `role`, `metric`, `split`, `value` (null where
+    the file holds a non-finite number), `round`, and the job's training times `cost_original_s` (M_o) and
+    `cost_retrained_s` (the record's target's M_r), for the seed plan. Other keys of a record are ignored.
+
+    Besides its fields, a job dict holds `numerics_identity`, and where they apply `non_finite` ({metric: count} of
+    the values treated as missing), `failures` (its methods that failed, from the file's `failures` list),
+    `problems` (parts of the file that were ignored; see `read_warnings`) and `curves` (the file's training curves as
+    written, checked only by `curves.curve_table`: a malformed curve costs no job).
+    """
+    rows, jobs = [], []
+    for path in result_files(folders):
+        folder = printable(path.parent)
+        try:
+            result = read_result(path)
+        except (OSError, ValueError) as error:
+            status = "invalid" if isinstance(error, SchemaError) else "unreadable"
+            jobs.append({"folder": folder, "status": status, "error": f"{path.name}: {error}"})
+            continue
+        job, records = job_rows(result, folder)
+        jobs.append(job)
+        rows += records
+    frame = pd.DataFrame(rows)
+    for column in [*RECORD_COLUMNS, *COST_COLUMNS]:
+        if column not in frame:
+            frame[column] = None
+    return frame, jobs
+
+
+def printable(path: Path) -> str:
+    """The path as text every report file can hold (a folder name of undecodable bytes is shown escaped)."""
+    return str(path).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def job_rows(result: dict, folder: str) -> tuple[dict, list[dict]]:
+    """(the job dict, its records as rows) of a checked result."""
+    fields = dict(result["job"])
+    if "method" in fields:
+        fields["job_method"] = fields.pop("method")
+    numerics = result.get("numerics") or {}
+    job = {"folder": folder, "status": result["status"], "error": result.get("error"), **fields,
+           "numerics": numerics.get("id")}
+    columns = {k: v for k, v in job.items() if k != "error"}
+    original_s, retrained_s = training_times(result.get("cache"))
+    rows, non_finite = [], {}
+    for record in result.get("records") or []:
+        row = {**columns, **{k: v for k, v in record.items() if k in RECORD_COLUMNS}}
+        row["cost_original_s"], row["cost_retrained_s"] = original_s, retrained_s.get(str(record.get("target")))
+        row["value"] = finite(record["value"])
+        if row["value"] is None and record["value"] is not None:
+            non_finite[record["metric"]] = non_finite.get(record["metric"], 0) + 1
+        rows.append(row)
+    job = {**job, "numerics_identity": numerics, **({"non_finite": non_finite} if non_finite else {}),
+           **({"curves": result["curves"]} if result.get("curves") is not None else {})}
+    return {**job, **failures_of(result)}, rows
+
+
+def training_times(cache) -> tuple[float | None, dict[str, float | None]]:
+    """(seconds to train M_o, {target: seconds to train its M_r}) from a result's `cache` section, as recorded when
+    the model was first trained (a cache hit keeps them); None where missing or malformed (the seed plan then has no
+    cost)."""
+    if not isinstance(cache, dict):
+        return None, {}
+    def seconds(entry) -> float | None:
+        value = entry.get("train_s") if isinstance(entry, dict) else None
+        return finite(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    retrained = cache.get("retrained")
+    entries = retrained if isinstance(retrained, list) else []
+    return seconds(cache.get("original")), {str(entry.get("target")): seconds(entry) for entry in entries
+                                            if isinstance(entry, dict)}
+
+
+def finite(value: float | None) -> float | None:
+    """The value as a float, None where it is missing or not finite (inf, nan, or an integer beyond float range)."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def failures_of(result: dict) -> dict:
+    """{"failures": the file's failed methods} or, where the list is malformed, {"problems": [why it is ignored]}."""
+    failures = result.get("failures")
+    if failures is None:
+        return {}
+    try:
+        check_failures(failures)
+    except SchemaError as error:
+        return {"problems": [f"{error}"]}
+    return {"failures": [{"target": f["target"], "method": f.get("method"), "error": f["error"]} for f in failures]}
+
+
+def read_warnings(jobs: list[dict]) -> list[str]:
+    """The report's warnings about what the files held: non-finite values, failed methods, ignored parts."""
+    return [w for w in (non_finite_warning(jobs), failures_warning(jobs), problems_warning(jobs)) if w]
+
+
+def _listed(items: list[str], unit: str) -> str:
+    more = f"; … {len(items) - SHOWN} more {unit}" if len(items) > SHOWN else ""
+    return "; ".join(items[:SHOWN]) + more
+
+
+def non_finite_warning(jobs: list[dict]) -> str | None:
+    found = [(Path(job["folder"]).name, job["non_finite"]) for job in jobs if job.get("non_finite")]
+    if not found:
+        return None
+    total = sum(sum(counts.values()) for _, counts in found)
+    described = [f"{name} ({', '.join(f'{m} ×{n}' if n > 1 else m for m, n in list(counts.items())[:SHOWN])}"
+                 f"{', …' if len(counts) > SHOWN else ''})" for name, counts in found]
+    return (f"{total} non-finite value{'s' if total > 1 else ''} (Infinity or NaN) in {len(found)} job"
+            f"{'s' if len(found) > 1 else ''} treated as missing (left out of every statistic): "
+            f"{_listed(described, 'jobs')}")
+
+
+def failures_warning(jobs: list[dict]) -> str | None:
+    count = sum(len(job.get("failures") or []) for job in jobs)
+    if not count:
+        return None
+    return (f"{count} method run{'s' if count > 1 else ''} failed or diverged in jobs whose other methods completed: "
+            "see \"Failed methods\"; the statistics hold only what finished")
+
+
+def problems_warning(jobs: list[dict]) -> str | None:
+    found = [f"{Path(job['folder']).name}: {problem}" for job in jobs for problem in job.get("problems") or []]
+    if not found:
+        return None
+    return f"ignored malformed parts of {len(found)} result file(s): {_listed(found, 'files')}"
+
+
+def mixed_numerics(jobs: list[dict]) -> str | None:
+    """A warning when the complete jobs ran under more than one numerics identity (CPU or GPU model, thread count,
+    library versions, …): their models follow different float trajectories, so seed statistics over them mix
+    machines with seeds. None when all agree (jobs from before identities were recorded are not counted)."""
+    identities: dict[str, dict] = {}
+    counts: dict[str, int] = {}
+    for job in jobs:
+        identity = job.get("numerics_identity") or {}
+        if job.get("status") == "complete" and identity.get("id"):
+            identities[identity["id"]] = identity
+            counts[identity["id"]] = counts.get(identity["id"], 0) + 1
+    if len(identities) < 2:
+        return None
+    keys = sorted({k for identity in identities.values() for k in identity if k != "id"})
+    differing = [k for k in keys if len({json.dumps(i.get(k), sort_keys=True) for i in identities.values()}) > 1]
+    described = "; ".join(
+        f"{counts[ident]} job(s) with " + ", ".join(f"{k}={_short(identity.get(k))}" for k in differing)
+        for ident, identity in sorted(identities.items(), key=lambda item: -counts[item[0]]))
+    return (f"the jobs ran under {len(identities)} different numerics identities ({described}): another CPU or GPU "
+            f"model, thread count or library version trains other models, so these statistics mix machines with "
+            f"seeds; rerun on one kind of machine with one runtime.threads, or report each group separately")
+
+
+def describe_numerics(identity: dict | None) -> str:
+    """One line naming the machine and set-up behind a result, e.g. `AMD EPYC (AVX2), 2 threads, torch 2.14.1`."""
+    if not identity:
+        return "unknown machine (the result predates numerics identities)"
+    if identity.get("device") == "cuda":
+        machine = f"{identity.get('gpu')} (sm {identity.get('capability')}, CUDA {identity.get('cuda')})"
+    elif identity.get("device") == "cpu":
+        threads = identity.get("threads")
+        plural = "" if threads == 1 else "s"
+        machine = f"{identity.get('cpu')} ({identity.get('cpu_capability')}), {threads} thread{plural}"
+    else:
+        machine = f"{identity.get('device')} on {identity.get('machine')}"
+    world = identity.get("world_size") or 1
+    ranks = f" × {world} ranks ({identity.get('strategy')})" if world > 1 else ""
+    return f"{machine}{ranks}, torch {identity.get('torch')}, precision {identity.get('precision')}"
+
+
+def _short(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)

@@ -1,0 +1,407 @@
+"""`report.md`: the tables of a `Study` as Markdown, best values marked, warnings, figures, failed jobs and failed
+methods."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from unlearnbench.report.compute.analysis import GOLD_STANDARDS, Study, ideal, label, matching
+from unlearnbench.report.compute.seed_design import rank_label
+from unlearnbench.report.read.collect import describe_numerics, failed_methods
+from unlearnbench.report.render.console import MAIN
+
+MAX_ERROR_LINES = 20
+BEST_RULE = ("**Bold**: the best method per column, among the unlearning methods other than `retrain` and "
+             "`fed_retrain` (M_r itself): closest to 0 for deltas, distances and cost, to 1 for completeness and tow, "
+             "to 0.5 for `mia_loss`, and to the retrained model's mean for acc, loss, MIA and NDCG.")
+VARIANCE_INTRO = ["### Seed variance: training seed (σ_T²) and unlearning seed (σ_U²)", "",
+                  "One-way nested random effects; total = σ_T² + σ_U²; ICC = σ_T² / total. σ_T² with the "
+                  "Graybill–Wang interval; σ_U² with a studentized bootstrap over training seeds, which holds when "
+                  "the unlearning seed matters more for some trained models than for others; the exact χ² interval "
+                  "beside it only where a Brown–Forsythe test does not reject equal per-seed variances (p ≥ 0.05). "
+                  "var(Z | S = s): the smallest and largest variance over one training seed's unlearning seeds "
+                  "(det.: seeds where it is exactly 0). Every metric and model in `seed_variance.csv`, every "
+                  "training seed in `seed_variance_by_seed.csv`.", ""]
+W2_INTRO = ["### Single- against multi-training-seed design (W2)", "",
+            "A(i): the J unlearning seeds of training seed i; B₋ᵢ: one unlearning seed (the smallest) of every "
+            "other training seed. W2(A(i), B₋ᵢ) for every training seed i, against the 95th percentile of its "
+            "permutation null; every seed in `wasserstein_by_seed.csv`.", ""]
+RANK_INTRO = ["### How misleading is one training seed?", "",
+              "For each training seed i, the methods (other than `retrain`) ranked by the single-training-seed "
+              "design A(i) against the ranking from the other training seeds (mean of their per-seed means); "
+              "smaller |Δ| ranks higher. P(best changes): the share of training seeds whose best method is not "
+              "the others' best, with its Wilson 95% interval; τ: Kendall's τ-b between the two rankings. Every seed "
+              "in `rank_stability_by_seed.csv`.", ""]
+PLAN_INTRO = ["### How many seeds to run", "",
+              "The cheapest I training seeds × J unlearning seeds each whose mean has a standard error ≤ {target} "
+              "(`report.target_se`): SE² = σ_T²/I + σ_U²/(IJ), cost = I·c_T + I·J·c_U, with c_T the median time "
+              "to train M_o and c_U that of M_r plus the method, both measured in this sweep; J* = √(c_T σ_U² / "
+              "(c_U σ_T²)) is the continuous optimum. Every metric in `seed_plan.csv`.", ""]
+
+
+def fmt(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if value == 0:
+        return "0"
+    return f"{value:.3g}"
+
+
+def mean_std(mean: float, std: float) -> str:
+    return fmt(mean) if std is None or math.isnan(std) else f"{fmt(mean)} ± {fmt(std)}"
+
+
+def interval(value: float, low: float, high: float) -> str:
+    return fmt(value) if math.isnan(low) else f"{fmt(value)} [{fmt(low)}, {fmt(high)}]"
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+    return [line(header), line(["---"] * len(header)), *(line(r) for r in rows), ""]
+
+
+def row_name(role: str, method: str) -> str:
+    return method if role == "unlearned" else f"({role})"
+
+
+def best_methods(table: pd.DataFrame, metric: str, split: str) -> set[str]:
+    """The unlearning methods (not the retrained gold standard) whose mean is closest to the metric's ideal (ties: all
+    of them). The retrained reference is M_r's row, or its method's row where retraining is a method (`fed_retrain`)."""
+    goal = ideal(metric)
+    if goal is None:
+        return set()
+    rows = table[(table["metric"] == metric) & (table["split"] == split)]
+    if goal == "retrained":
+        gold = (rows["role"] == "unlearned") & rows["method"].isin(GOLD_STANDARDS)
+        reference = rows[rows["role"] == "retrained"]["mean"].dropna()
+        reference = reference if not reference.empty else rows[gold]["mean"].dropna()
+        if reference.empty:
+            return set()
+        goal = float(reference.iloc[0])
+    candidates = rows[(rows["role"] == "unlearned") & ~rows["method"].isin(GOLD_STANDARDS)].dropna(subset=["mean"])
+    if len(candidates) < 2:
+        return set()
+    distance = (candidates["mean"] - goal).abs()
+    best = distance.min()
+    return set(candidates.loc[distance <= best + 1e-12 * max(1.0, abs(best)), "method"])
+
+
+def section_title(ident: tuple) -> str:
+    """The section heading: dataset · model · scenario (· any other varied configuration) — target t."""
+    return " · ".join(f"{value}" for value in ident[:-1]) + f" — target {ident[-1]}"
+
+
+def section_columns(table: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """(header, metric, split) of the main metrics a section has: its short tables' columns."""
+    return [(h, m, s) for h, m, s in MAIN if ((table["metric"] == m) & (table["split"] == s)).any()]
+
+
+def main_section(table: pd.DataFrame, columns: list[tuple[str, str, str]]) -> list[str]:
+    """Mean ± std across training seeds per method for the main metrics (rows: M_o, M_r, then every method)."""
+    names = list(dict.fromkeys(zip(table["role"], table["method"], strict=True)))
+    best = {(m, s): best_methods(table, m, s) for _, m, s in columns}
+    rows = []
+    for role, method in names:
+        mine = table[(table["role"] == role) & (table["method"] == method)]
+        cells = [row_name(role, method)]
+        for _, metric, split in columns:
+            hit = mine[(mine["metric"] == metric) & (mine["split"] == split)]
+            if hit.empty:
+                cells.append("–")
+                continue
+            text = mean_std(hit["mean"].iloc[0], hit["std"].iloc[0])
+            cells.append(f"**{text}**" if role == "unlearned" and method in best[metric, split] else text)
+        counts = mine[["I", "n"]].max()
+        cells += [str(int(counts["I"])), str(int(counts["n"]))]
+        rows.append(cells)
+    return md_table(["", *(h for h, _, _ in columns), "I", "n"], rows)
+
+
+def all_metrics_section(table: pd.DataFrame) -> list[str]:
+    """Every metric and split (rows) for every model (columns), mean ± std across training seeds."""
+    names = list(dict.fromkeys(zip(table["role"], table["method"], strict=True)))
+    pairs = list(dict.fromkeys(zip(table["metric"], table["split"], strict=True)))
+    cells_of = {}  # (role, method, metric, split) → the first row's mean ± std
+    for row in table.itertuples():
+        cells_of.setdefault((row.role, row.method, row.metric, row.split), mean_std(row.mean, row.std))
+    rows = []
+    for metric, split in pairs:
+        best = best_methods(table, metric, split)
+        cells = [label(metric, split)]
+        for role, method in names:
+            text = cells_of.get((role, method, metric, split))
+            bold = text is not None and role == "unlearned" and method in best
+            cells.append(f"**{text}**" if bold else text or "–")
+        rows.append(cells)
+    return md_table(["metric", *(row_name(r, m) for r, m in names)], rows)
+
+
+def main_rows(frame: pd.DataFrame, columns: list[tuple[str, str, str]]) -> pd.DataFrame:
+    """The unlearned models' rows of the section's metrics, in the main table's column order."""
+    order = {(m, s): i for i, (_, m, s) in enumerate(columns)}
+    rank = [order.get((m, s)) for m, s in zip(frame["metric"], frame["split"], strict=True)]
+    chosen = frame.assign(_rank=rank)
+    chosen = chosen[(chosen["role"] == "unlearned") & chosen["_rank"].notna()]
+    return chosen.sort_values(["_rank", "method"], kind="stable").drop(columns="_rank")
+
+
+def variance_section(variance: pd.DataFrame, columns: list[tuple[str, str, str]]) -> list[str]:
+    rows = [[r.method, label(r.metric, r.split), str(r.I), fmt(r.J), fmt(r.total),
+             interval(r.sigma_t2, r.sigma_t2_low, r.sigma_t2_high),
+             interval(r.sigma_u2, r.sigma_u2_low, r.sigma_u2_high),
+             "–" if math.isnan(r.sigma_u2_chi2_low) else f"[{fmt(r.sigma_u2_chi2_low)}, {fmt(r.sigma_u2_chi2_high)}]",
+             spread(r), fmt(r.homogeneity_p), fmt(r.icc)]
+            for r in main_rows(variance, columns).itertuples()
+            if not (math.isnan(r.total) and math.isnan(r.sigma_u2))]
+    if not rows:
+        return []
+    return md_table(["method", "metric", "I", "J", "total", "σ_T² [95% CI]", "σ_U² [95% CI]", "χ² CI",
+                     "var(Z | S = s): min–max", "equal var. p", "ICC"], rows)
+
+
+def spread(row) -> str:
+    """The range of var(Z | S = s_i) over the training seeds with two unlearning seeds, and how many are 0."""
+    if not row.seeds_with_spread:
+        return "–"
+    deterministic = f" ({row.deterministic_seeds} of {row.seeds_with_spread} det.)" if row.deterministic_seeds else ""
+    return f"{fmt(row.var_by_seed_min)}–{fmt(row.var_by_seed_max)}{deterministic}"
+
+
+def rank_section(ranks: pd.DataFrame) -> list[str]:
+    rows = [[rank_label(r.metric, r.split), r.best_all, str(r.I), str(r.methods),
+             f"{r.p_best_changes:.0%} [{r.p_low:.0%}, {r.p_high:.0%}]",
+             f"{fmt(r.tau_mean)} [{fmt(r.tau_min)}, {fmt(r.tau_max)}]"] for r in ranks.itertuples()]
+    if not rows:
+        return []
+    return md_table(["ranked by", "best over all seeds", "I", "methods", "P(best changes) [95% CI]",
+                     "τ: mean [min, max]"], rows)
+
+
+def grid_size(values: pd.DataFrame) -> str:
+    """`I = …, J = …`: the training seeds of a section's methods and the most unlearning seeds one of them has."""
+    mine = values[values["role"] == "unlearned"]
+    if mine.empty:
+        return "no method"
+    per_seed = mine.groupby("seed_train")["seed_unlearn"].nunique()
+    return f"I = {len(per_seed)}, J = {int(per_seed.max())}"
+
+
+def plan_section(plans: pd.DataFrame, columns: list[tuple[str, str, str]], grid: str) -> list[str]:
+    """The seed plan of the rows where σ_T² and σ_U² are both estimated; one line where none is."""
+    chosen = [(h, m, s) for h, m, s in columns if m != "time_s"]
+    planned = main_rows(plans.assign(role="unlearned"), chosen)
+    if planned.empty:
+        return []
+    identified = planned[planned["sigma_t2"].notna() & planned["sigma_u2"].notna()]
+    if identified.empty:
+        return [f"How many seeds to run: not identifiable from this grid: {grid} (σ_T² needs two training seeds, "
+                f"σ_U² two unlearning seeds of one; `seed_plan.csv`)."]
+    rows = [[r.method, label(r.metric, r.split), fmt(r.sigma_t2), fmt(r.sigma_u2), fmt(r.cost_train_s),
+             fmt(r.cost_unlearn_s), fmt(r.j_star),
+             "–" if pd.isna(r.plan_I) else f"{int(r.plan_I)} × {int(r.plan_J)}", fmt(r.plan_se), fmt(r.plan_cost_s),
+             r.note] for r in identified.itertuples()]
+    return md_table(["method", "metric", "σ̂_T²", "σ̂_U²", "c_T s", "c_U s", "J*", "I × J", "SE", "cost s", "note"],
+                    rows)
+
+
+def wasserstein_section(wasserstein: pd.DataFrame, columns: list[tuple[str, str, str]]) -> list[str]:
+    rows = [[r.method, label(r.metric, r.split), f"{fmt(r.w2_mean)} [{fmt(r.w2_min)}, {fmt(r.w2_max)}]",
+             fmt(r.null_95_mean), f"{r.share_above_null:.0%}", str(r.I), fmt(r.J)]
+            for r in main_rows(wasserstein, columns).itertuples()]
+    if not rows:
+        return []
+    return md_table(["method", "metric", "W2(A(i), B₋ᵢ): mean [min, max] over i", "null 95% (mean)",
+                     "i with W2 > null", "I", "J"], rows)
+
+
+FORGET_INTRO = ["### Forgetting quality per example (NeurIPS 2023 competition, LiRA, KLOM)", "",
+                "Per pool of models sharing one forget set, A(i) (the unlearning seeds of training seed i: one "
+                "original model) and B (one job per training seed): F, the mean over forget examples of the points "
+                "of each example's ε (1 below 0.5, halving every 0.5 up to the cap ⌈ln(N − 1)⌉, 0 beyond); its null "
+                "(the pooled 2N models split at random into two pools of N: median [5th percentile]); "
+                "distinguishable: F below the null's 5th percentile. Score = F · the retain accuracies' ratios "
+                "(train, test) of M_u to M_r. LiRA (offline, one-sided): AUC and TPR at 1% / 0.1% FPR of "
+                "unlearned against retrained models over all (model, forget example) pairs. MIA: the entropy "
+                "attack's mean, unlearned / retrained. KLOM (Georgiev et al. 2024): per example the KL divergence "
+                "from the unlearned models' histogram of margins to the retrained models' (20 bins, margins clipped "
+                "to ±100, floor 1e-5), its 95th percentile over D_f [the null's 95th percentile: above it the "
+                "method's models are told from retrained ones at this N] and over the samples of D_r / D'_r; "
+                "retraining scores 0, and few models raise the floor (the null's median is in forget_quality.csv). "
+                "ε per example in `forget_quality_by_example.csv`.", ""]
+
+
+def forget_quality_section(forgetting, select: dict) -> list[str]:
+    """The per-pool table, F across the A(i) against B, and how often A(i)'s best method by F is not B's."""
+    if forgetting is None or forgetting.empty:
+        return []
+    rows = matching(forgetting.quality, select)
+    if rows.empty:
+        return []
+    def pool(row) -> str:
+        return "B" if row.design == "B" else f"A({int(row.seed_train)})"
+
+    table = [[row.method, pool(row), str(int(row.n_models)), str(int(row.epsilon_cap)), fmt(row.forget_quality),
+              f"{fmt(row.forget_quality_null_median)} [{fmt(row.forget_quality_null_5pct)}]",
+              {True: "yes", False: "no"}.get(row.distinguishable, "–"), fmt(row.score), fmt(row.lira_auc),
+              fmt(row.lira_tpr_at_1pct), fmt(row.lira_tpr_at_0_1pct),
+              f"{fmt(row.klom_forget)} [{fmt(row.klom_forget_null_95pct)}]",
+              f"{fmt(row.klom_retain)} / {fmt(row.klom_test)}",
+              f"{fmt(row.mia_unlearned)} / {fmt(row.mia_retrained)}", row.note or ""]
+             for row in rows.rename(columns={"lira_tpr_at_0.1pct": "lira_tpr_at_0_1pct"}).itertuples()]
+    lines = [*FORGET_INTRO, *md_table(["method", "pool", "N", "cap", "F", "null median [5%]", "distinguishable",
+                                       "score", "LiRA AUC", "TPR@1%", "TPR@0.1%", "KLOM D_f [null 95%]",
+                                       "KLOM D_r / D'_r", "MIA u / r", "note"], table)]
+    across = matching(forgetting.across, select)
+    if not across.empty and (across["designs_A"] > 1).any():
+        lines += ["F across the single-original-model pools A(i), against B:", ""]
+        lines += md_table(["method", "A(i)", "F under A(i): mean ± std [min, max]", "F under B"],
+                          [[r.method, str(int(r.designs_A)),
+                            f"{mean_std(r.forget_quality_A_mean, r.forget_quality_A_std)} "
+                            f"[{fmt(r.forget_quality_A_min)}, {fmt(r.forget_quality_A_max)}]",
+                            fmt(r.forget_quality_B)] for r in across.itertuples()])
+    best = matching(forgetting.best, select)
+    for r in best.itertuples():
+        lines += [f"Best method by F under B: {r.best_B}; under each A(i): {r.best_A}. P(A(i)'s best is not B's) = "
+                  f"{interval(r.p_best_differs, r.p_low, r.p_high)} (Wilson 95%, {int(r.designs_A)} pools A(i)).", ""]
+    return lines
+
+
+LEADERBOARD_INTRO = ("Per block (a target and a training seed, the method's values averaged over its unlearning "
+                     "seeds), the methods other than `retrain` are ranked by closeness to each metric's ideal (the "
+                     "bold rule below) and by their mean rank over the metrics shown. Mean rank [95% interval] and "
+                     "P(best): bootstrap over training seeds. Friedman's test, then Wilcoxon signed-rank for each "
+                     "pair, Holm-corrected. Every metric in `leaderboard.csv`, every pair in `leaderboard_pairs.csv`.")
+MAX_PAIRS = 12
+
+
+def leaderboard_section(boards: list, figures: dict[str, str]) -> list[str]:
+    """The leaderboard of each configuration: the methods by mean rank, their intervals and per-metric ranks, the
+    tests' verdict (or how many training seeds a test would need), and the critical-difference diagram."""
+    from unlearnbench.report.compute.leaderboard import AGGREGATE, figure_stem, main_metric, metric_label
+
+    if not boards:
+        return []
+    lines = ["## Leaderboard", "", LEADERBOARD_INTRO, ""]
+    for board in boards:
+        rows = pd.DataFrame(board.rows)
+        main, main_split = main_metric(board)
+        headline = rows[(rows["metric"] == main) & (rows["split"] == main_split)].sort_values(
+            ["mean_rank", "method"], kind="stable")
+        parts = [(m, s) for m, s in dict.fromkeys(zip(rows["metric"], rows["split"], strict=True))
+                 if m != AGGREGATE] if main == AGGREGATE else []  # the aggregate's parts beside it
+        rank_of = {(r.metric, r.split, r.method): r.mean_rank for r in rows.itertuples()}
+        table = [[r.method, interval(r.mean_rank, r.rank_low, r.rank_high),
+                  "–" if math.isnan(r.p_best) else f"{r.p_best:.2f}",
+                  *(fmt(rank_of.get((m, s, r.method))) for m, s in parts)] for r in headline.itertuples()]
+        first = headline.iloc[0]
+        name = " · ".join(str(v) for v in board.config.values())
+        ranked_by = "" if main == AGGREGATE else f" by {metric_label(main, main_split)}"
+        lines += [f"### {name}", "", *md_table(["method", f"mean rank{ranked_by} [95%]", "P(best)",
+                                                *(metric_label(m, s) for m, s in parts)], table)]
+        lines += [verdict(board, (main, main_split), first), ""]
+        if figure_stem(board.config) in figures:
+            lines += [f"![critical-difference diagram]({figures[figure_stem(board.config)]})", ""]
+    return lines
+
+
+def verdict(board, metric: tuple[str, str], row) -> str:
+    """One line: Friedman's p and the pairs that differ, or how many training seeds the tests would need."""
+    blocks = f"{int(row.blocks)} block{'s' if row.blocks != 1 else ''} ({int(row.targets)} target" \
+             f"{'s' if row.targets != 1 else ''} × {int(row.I)} training seed{'s' if row.I != 1 else ''})"
+    friedman = "" if math.isnan(row.friedman_p) else f"Friedman p = {fmt(row.friedman_p)}; "
+    if row.note:
+        return f"Over {blocks}: {friedman}no pairwise test: {row.note}."
+    pairs = [p for p in board.pairs if (p["metric"], p["split"]) == metric and p["different"]]
+    shown = [f"{p['method_a']} {'<' if p['median_difference'] < 0 else '>'} {p['method_b']}" for p in pairs]
+    listed = ", ".join(shown[:MAX_PAIRS]) + (f", … {len(shown) - MAX_PAIRS} more" if len(shown) > MAX_PAIRS else "")
+    return (f"Over {blocks}: {friedman}pairs that differ (Wilcoxon–Holm, α = 0.05; < reads closer to the ideal): "
+            f"{listed or 'none'}.")
+
+
+def machines(jobs: list[dict]) -> list[str]:
+    """Which machines and set-ups the complete jobs ran on (numbers are bit-identical only within one)."""
+    identities = {job["numerics"]: job.get("numerics_identity") for job in jobs
+                  if job.get("status") == "complete" and job.get("numerics")}
+    if not identities:
+        return []
+    return ["Ran on: " + "; ".join(f"{describe_numerics(identity)} (`{ident}`)"
+                                   for ident, identity in identities.items()) + ".", ""]
+
+
+def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Path], figures: list[Path],
+           warnings: list[str], out: Path) -> str:
+    """report.md: what a reader wants first (the leaderboard, the warnings, the headline table per target), then
+    the seed study's sections where the sweep can say something; per-metric detail stays in the CSVs it names."""
+    complete = sum(1 for job in jobs if job.get("status") == "complete")
+    lines = ["# unlearnbench report", "",
+             f"Sweep folders: {', '.join(f'`{f}`' for f in folders)}. Jobs: {len(jobs)} ({complete} complete, "
+             f"{len(failed)} failed).", "", *machines(jobs)]
+    if study.values.empty:
+        lines += ["No complete job with records was found.", ""]
+    lines += leaderboard_section(study.leaderboard, {p.stem: p.relative_to(out).as_posix() for p in figures})
+    if warnings:
+        lines += ["## Warnings", "", *(f"- {w}" for w in warnings), ""]
+    keys = [*study.keys, "target"]
+    table, variance, wasserstein = study.table, study.variance, study.wasserstein
+    for ident, part in table.groupby(keys, sort=False):
+        select = dict(zip(keys, ident, strict=True))
+        lines += [f"## {section_title(ident)}", "",
+                  "### Mean ± std across training seeds", "",
+                  "Per training seed the values are averaged over its unlearning seeds; then mean ± std (ddof 1) "
+                  "over the I training seeds; n = values.", "", BEST_RULE, ""]
+        columns = section_columns(part)
+        lines += main_section(part, columns)
+        target_se = study.plans["target_se"].iloc[0] if not study.plans.empty else None
+        plan_intro = [line.format(target=fmt(target_se)) for line in PLAN_INTRO]
+        for intro, section in ((VARIANCE_INTRO, variance_section(matching(variance, select), columns)),
+                               (W2_INTRO, wasserstein_section(matching(wasserstein, select), columns)),
+                               (RANK_INTRO, rank_section(matching(study.ranks, select))),
+                               (plan_intro, plan_section(matching(study.plans, select), columns,
+                                                         grid_size(matching(study.values, select))))):
+            lines += [section[0], ""] if len(section) == 1 else [*intro, *section] if section else []
+        lines += forget_quality_section(study.forgetting, select)
+        lines += ["Every metric and split of every model: `table.csv` (mean ± std across training seeds), "
+                  "`summary.csv` (over every seed), `results.csv` (every record).", ""]
+    shown = [path for path in figures if not path.stem.startswith("leaderboard_")]  # shown in the leaderboard
+    if shown:
+        lines += ["## Figures", ""]
+        for path in shown:
+            relative = path.relative_to(out).as_posix()
+            lines += [f"![{path.stem}]({relative})", ""]
+    lines += [f"## Failed jobs ({len(failed)})", ""]
+    if failed:
+        for job in failed:
+            error = str(job.get("error") or "no error recorded").strip()
+            first, *rest = error.splitlines() or [""]
+            lines.append(f"- `{job['folder']}` ({job.get('status')}): {first[:500]}")
+            if rest:
+                shown = rest[:MAX_ERROR_LINES] + ([f"… {len(rest) - MAX_ERROR_LINES} more lines"]
+                                                 if len(rest) > MAX_ERROR_LINES else [])
+                lines += ["", "  ```", *(f"  {line}" for line in shown), "  ```"]
+        lines.append("")
+    else:
+        lines += ["None.", ""]
+    lines += failed_methods_section(failed_methods(jobs))
+    return "\n".join(lines)
+
+
+def first_line(error: object) -> str:
+    return (str(error or "").strip().splitlines() or ["no error recorded"])[0][:500]
+
+
+def failed_methods_section(failures: list[dict]) -> list[str]:
+    """The methods that failed or diverged in jobs that otherwise completed (`collect.failed_methods`), one line
+    each; no section when there are none."""
+    if not failures:
+        return []
+    lines = [f"## Failed methods ({len(failures)})", "",
+             "Methods that failed or diverged in a job whose other methods completed (the job counts as complete).", ""]
+    for failure in failures:
+        method, error = failure.get("method") or "–", first_line(failure["error"])
+        lines.append(f"- `{failure['folder']}`: target {failure['target']}, method {method}: {error}")
+    return [*lines, ""]

@@ -1,0 +1,154 @@
+"""The method interface: `unlearn(model, task)` turns a copy of M_o into M_u.
+
+A method is one module with one class and one YAML in `conf/method/`; the YAML's keys are the constructor's
+arguments. Methods declare the task they serve, whether they are deterministic given M_o (in targeted scenarios),
+and which scenarios they serve.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from lightning_fabric import Fabric
+from torch import Tensor, nn
+
+from unlearnbench.core.config import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, option_range_problems
+from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.cache import Entry
+from unlearnbench.runtime.monitor import Cost
+from unlearnbench.runtime.seeding import Streams
+from unlearnbench.runtime.train import Batches
+from unlearnbench.tasks.image.data.base import ImageData, Subset
+from unlearnbench.tasks.image.data.scenarios import Scenario, Splits
+from unlearnbench.tasks.image.data.transforms import Normalizer
+
+
+@dataclass
+class UnlearningTask:
+    """Everything a method may use. Its random choices draw from `rng` (derived from the unlearning seed)."""
+
+    fabric: Fabric
+    model_name: str
+    data: ImageData
+    splits: Splits
+    scenario: Scenario
+    target: str
+    normalizer: Normalizer
+    rng: Streams
+    original: Callable[[], nn.Module]  # a fresh copy of M_o (e.g. a frozen teacher)
+    random_model: Callable[[torch.Generator], nn.Module]  # a freshly initialised model of the same architecture
+    retrained: nn.Module  # M_r, for the `retrain` baseline only
+    retrained_cost: Cost
+    memo: Callable[[str, dict, Callable[[], tuple[dict[str, Tensor], dict]]], Entry]
+    """`memo(kind, parts, build)`: an artefact derived from M_o alone plus `parts`, from the model cache or built by
+    `build() -> (tensors, meta)` on a miss, so work that only depends on M_o is done once per original model."""
+
+    def batches(self, subset: Subset, batch_size: int, shuffle: bool = True, training: bool = True) -> Batches:
+        """Unaugmented batches of `subset` (unlearning-time data is normalised only), shuffled with `rng`;
+        `training=False` for passes in evaluation mode (see `Batches`)."""
+        return Batches(self.fabric, subset, batch_size, self.normalizer, self.rng.torch if shuffle else None,
+                       training=training)
+
+    def sgd(self, model: nn.Module, lr: Any, momentum: Any = 0.0,
+            weight_decay: Any = 0.0) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """`model` and SGD on its parameters, set up by Fabric; each hyperparameter resolved by `setting`."""
+        optimizer = torch.optim.SGD(model.parameters(), lr=setting(lr, self), momentum=setting(momentum, self),
+                                    weight_decay=setting(weight_decay, self))
+        return self.fabric.setup(model, optimizer)
+
+    def adam(self, model: nn.Module, lr: Any, method: str) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """`model` and Adam on its parameters, set up by Fabric; a float16 model is refused (`refuse_float16`)."""
+        model, optimizer = self.fabric.setup(model, torch.optim.Adam(model.parameters(), lr=setting(lr, self)))
+        refuse_float16(model, method)
+        return model, optimizer
+
+    @property
+    def forget_label(self) -> int:
+        """The label every forget sample carries in targeted scenarios: the class (full-class) or the super-class
+        of the forgotten sub-class."""
+        forget = self.splits.forget_train
+        return int(forget.labels[forget.indices[0]])
+
+
+def setting(value: Any, task: UnlearningTask) -> Any:
+    """A hyperparameter that may differ by model, dataset or scenario, as the config gives it: a plain value, or a
+    mapping keyed by model, dataset or scenario names (nested in any order) with `default` as the fallback, e.g.
+    `{default: 10, vit: {full_class: 5, sub_class: 25, random_sample: 10}}`."""
+    while isinstance(value, Mapping):
+        names = (task.model_name, task.data.name, task.scenario.name, "default")
+        key = next((k for k in names if k in value), None)
+        if key is None:
+            raise UserError(f"setting {dict(value)} has no entry for model {task.model_name}, dataset "
+                            f"{task.data.name}, scenario {task.scenario.name} or 'default'")
+        value = value[key]
+    return value
+
+
+# Ranges of the hyperparameters many methods share, by argument name; a method adds its own in `ranges`.
+SHARED_RANGES: dict[str, Range] = {
+    "epochs": AT_LEAST_1, "lr": POSITIVE, "momentum": Range(0, 1, high_open=True), "weight_decay": AT_LEAST_0,
+    "batch_size": AT_LEAST_1, "forget_batch_size": AT_LEAST_1, "temperature": POSITIVE,
+}
+
+
+def leaves(value: Any) -> list:
+    """The plain values of an option that may be a mapping by model, dataset or scenario, or a list."""
+    if isinstance(value, Mapping):
+        return [leaf for item in value.values() for leaf in leaves(item)]
+    if isinstance(value, list | tuple):
+        return [leaf for item in value for leaf in leaves(item)]
+    return [value]
+
+
+class Method(ABC):
+    task: ClassVar[str] = "image_classification"
+    deterministic: ClassVar[bool] = False  # same M_u for every unlearning seed, given M_o, in targeted scenarios
+    ranges: ClassVar[dict[str, Range]] = {}  # this method's own option ranges (besides SHARED_RANGES)
+    keyed_settings: ClassVar[bool] = True  # any option may be a mapping by model, dataset or scenario (`setting`)
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """One `UserError` naming every option outside its range (`components.build` calls this before the
+        constructor, so a bad value fails before any work)."""
+        ranges = dict(SHARED_RANGES)
+        for klass in reversed(cls.__mro__):
+            ranges |= vars(klass).get("ranges", {})
+        problems = option_range_problems("method", ranges, options, leaves)
+        if problems:
+            raise UserError(f"method {options.get('name', cls.__name__)}: {'; '.join(problems)}")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def serves(self, scenario: Scenario) -> bool:
+        return True
+
+    @abstractmethod
+    def unlearn(self, model: nn.Module, task: UnlearningTask) -> nn.Module:
+        """Return M_u, starting from `model` (a copy of M_o that the method may change in place)."""
+
+    def cost(self, measured: Cost, task: UnlearningTask) -> Cost:
+        """The cost to report: what the monitor measured around `unlearn`, unless the method knows better."""
+        return measured
+
+
+def random_other_labels(labels: Tensor, num_classes: int, generator: torch.Generator) -> Tensor:
+    """A label drawn uniformly among the classes other than each sample's own (Random Labels, SalUn).
+
+    In the full-class scenario the own label is the forgotten class, in the sub-class scenario the forgotten
+    class's super-class, so neither is ever assigned.
+    """
+    offsets = torch.randint(1, num_classes, labels.shape, generator=generator).to(labels.device)
+    return (labels + offsets) % num_classes
+
+
+def refuse_float16(model: nn.Module, method: str) -> None:
+    """Adam's second-moment estimate, about 0.001·g², underflows in float16 for |g| < 0.008, and Adam then divides
+    by its ε (also 0 in float16): the model turns into NaN. So a float16 model (precision 16-true) is refused."""
+    if any(p.dtype == torch.float16 for p in model.parameters()):
+        raise UserError(f"method {method} trains with Adam, whose moment estimates underflow in float16 and turn the "
+                        f"model into NaN; use precision=16-mixed, bf16-mixed or bf16-true instead of 16-true")

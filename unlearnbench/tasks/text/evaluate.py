@@ -1,0 +1,262 @@
+"""Evaluating a causal LM on the text task's splits: per example, then the metrics of TOFU and OpenUnlearning.
+
+`TextEvaluator.outputs(model)` reads every split once: the mean NLL of the answer, of the paraphrased answer and of
+each perturbed answer (teacher-forced, right-padded batches), the token log-probabilities and Min-K%++ moments,
+the argmax predictions, and a greedy generation scored by ROUGE-L recall. `model_scores` turns a model's outputs,
+and M_r's, into `result.json` records (`docs/text.md` lists each with the reference's value where it differs).
+
+Which side of the truth ratio is "true": the paraphrased answer where the records have one (forget and retain, as
+OpenUnlearning), the answer itself on the general sets (TOFU's real authors and world facts).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from lightning_fabric import Fabric
+from lightning_fabric.wrappers import is_wrapped
+from torch import nn
+
+from unlearnbench.core.errors import UserError
+from unlearnbench.runtime import interrupt
+from unlearnbench.tasks.image.metrics.examples import ExampleTable
+from unlearnbench.tasks.text import metrics
+from unlearnbench.tasks.text.data import collate
+from unlearnbench.tasks.text.model import Encoder, answer_scores
+from unlearnbench.tasks.text.scenario import TextSplits
+from unlearnbench.tasks.text.train import Items
+
+MIA_K = 0.4  # Min-K% and Min-K%++'s k (OpenUnlearning's mia_min_k.yaml)
+MIA_SCORES = ("loss", "zlib", "min_k", "min_k_pp")
+FORGET = "forget"
+UTILITY_SPLITS = ("retain", "general_authors", "general_facts")  # model utility's 9 values: 3 metrics × these
+
+
+@dataclass
+class SplitItems:
+    """One split's encoded records: the answers, the paraphrased answers (or the answers again), the perturbed
+    answers (flattened, k per record), the generation prompts and the ROUGE references."""
+
+    answers: Items
+    true: Items | None
+    perturbed: Items | None
+    k: int
+    prompts: list[list[int]]
+    references: list[str]
+    zlib_lengths: np.ndarray
+
+
+@dataclass
+class SplitOutputs:
+    """Per example of one split (arrays of its length)."""
+
+    loss: np.ndarray  # the answer's mean NLL over its labelled tokens (L̄)
+    loss_true: np.ndarray | None  # the true side of the truth ratio: paraphrase (forget, retain) or answer
+    loss_perturbed: np.ndarray | None  # (n, k)
+    rouge: np.ndarray
+    exact: np.ndarray  # exact memorisation
+    extraction: np.ndarray  # extraction strength
+    mia: dict[str, np.ndarray] = field(default_factory=dict)  # higher = less likely a member
+
+    @property
+    def truth_ratio(self) -> np.ndarray | None:
+        return None if self.loss_perturbed is None else metrics.truth_ratio(self.loss_true, self.loss_perturbed)
+
+    def finite(self) -> bool:
+        arrays = [self.loss, self.rouge] + [a for a in (self.loss_true, self.loss_perturbed) if a is not None]
+        return all(np.isfinite(a).all() for a in arrays)
+
+
+class TextEvaluator:
+    def __init__(self, fabric: Fabric, encoder: Encoder, splits: TextSplits, batch_size: int,
+                 max_new_tokens: int) -> None:
+        self.fabric, self.encoder, self.batch_size, self.max_new_tokens = fabric, encoder, batch_size, max_new_tokens
+        self.items = {name: self.encode(records) for name, records in splits.evaluated().items()}
+
+    def encode(self, records: list[dict]) -> SplitItems:
+        try:
+            return self.encoded(records)
+        except ValueError as error:  # a record too long for the model, or a template that cuts into the answer
+            raise UserError(str(error)) from None
+
+    def encoded(self, records: list[dict]) -> SplitItems:
+        enc, fabric = self.encoder, self.fabric
+        answers = [enc.item(r["question"], r["answer"]) for r in records]
+        scored = bool(records) and all(r.get("perturbed_answer") for r in records)
+        k = min(len(r["perturbed_answer"]) for r in records) if scored else 0
+        true = [enc.item(r["question"], r.get("paraphrased_answer") or r["answer"]) for r in records]
+        perturbed = [enc.item(r["question"], r["perturbed_answer"][j]) for r in records for j in range(k)]
+        references = [enc.answer_text(item) for item in answers]
+        return SplitItems(
+            answers=Items(fabric, answers, enc.pad_id),
+            true=Items(fabric, true, enc.pad_id) if scored else None,
+            perturbed=Items(fabric, perturbed, enc.pad_id) if scored else None, k=k,
+            prompts=[enc.prompt(r["question"]) for r in records], references=references,
+            zlib_lengths=np.array([len(zlib.compress(text.encode())) for text in references], dtype=np.float64))
+
+    @torch.no_grad()
+    def outputs(self, model: nn.Module) -> dict[str, SplitOutputs]:
+        model.eval()
+        return {name: self.split_outputs(model, items) for name, items in self.items.items()}
+
+    def split_outputs(self, model: nn.Module, items: SplitItems) -> SplitOutputs:
+        scores = self.scores(model, items.answers)
+        losses = np.array([s for batch in scores for s in batch.loss.double().cpu().numpy()])
+        last_dropped = [(b, i) for b in scores for i in range(len(b.labels))]  # MIA and EM/ES skip the last label
+        lp = [b.logprobs[i][:-1].double().cpu().numpy() for b, i in last_dropped]
+        mean = [b.mean[i][:-1].double().cpu().numpy() for b, i in last_dropped]
+        var = [b.variance[i][:-1].double().cpu().numpy() for b, i in last_dropped]
+        preds = [b.predictions[i][:-1].cpu().numpy() for b, i in last_dropped]
+        labels = [b.labels[i][:-1].cpu().numpy() for b, i in last_dropped]
+        true = self.losses(model, items.true) if items.true is not None else None
+        perturbed = (self.losses(model, items.perturbed).reshape(-1, items.k) if items.perturbed is not None
+                     else None)
+        mia = {"loss": losses, "zlib": losses / items.zlib_lengths,
+               "min_k": np.array([metrics.min_k(x, MIA_K) for x in lp]),
+               "min_k_pp": np.array([metrics.min_k_plus_plus(x, m, v, MIA_K) for x, m, v in zip(lp, mean, var,
+                                                                                              strict=True)])}
+        return SplitOutputs(
+            loss=losses, loss_true=true, loss_perturbed=perturbed,
+            rouge=metrics.rouge_l_recall(self.generate(model, items.prompts), items.references),
+            exact=np.array([metrics.exact_memorization(p, t) for p, t in zip(preds, labels, strict=True)]),
+            extraction=np.array([metrics.extraction_strength(p, t) for p, t in zip(preds, labels, strict=True)]),
+            mia=mia)
+
+    def scores(self, model: nn.Module, items: Items) -> list:
+        with self.fabric.autocast():
+            return [answer_scores(model, items.rows(torch.arange(start, min(start + self.batch_size, len(items)))))
+                    for start in interrupt.checked(range(0, len(items), self.batch_size))]
+
+    def losses(self, model: nn.Module, items: Items) -> np.ndarray:
+        return np.concatenate([b.loss.double().cpu().numpy() for b in self.scores(model, items)])
+
+    def generate(self, model: nn.Module, prompts: list[list[int]]) -> list[str]:
+        """Greedy continuations of left-padded prompts, cut at the first eos (OpenUnlearning's generation
+        defaults, with `max_new_tokens` from the model config).
+
+        `generate` runs inside the strategy's wrapper (Fabric's `mark_forward_method`), where FSDP gathers the
+        parameters it shards; with several ranks every rank takes a step until all are done (`synced_gpus`), as
+        sharded weights are gathered by all of them at each step."""
+        from transformers import StoppingCriteriaList
+
+        tokenizer = self.encoder.tokenizer
+        if is_wrapped(model):
+            model.mark_forward_method("generate")
+        texts = []
+        for start in interrupt.checked(range(0, len(prompts), self.batch_size)):
+            chunk = [{"input_ids": p, "labels": p} for p in prompts[start:start + self.batch_size]]
+            batch = {k: v.to(self.fabric.device) for k, v in collate(chunk, tokenizer.pad_token_id, left=True).items()}
+            with self.fabric.autocast():
+                out = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                     max_new_tokens=self.max_new_tokens, do_sample=False,
+                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                                     synced_gpus=self.fabric.world_size > 1,
+                                     stopping_criteria=StoppingCriteriaList([StopOnInterrupt()]))
+            for row in out[:, batch["input_ids"].shape[1]:].tolist():
+                cut = row.index(tokenizer.eos_token_id) if tokenizer.eos_token_id in row else len(row)
+                texts.append(tokenizer.decode(row[:cut], skip_special_tokens=True).strip())
+        return texts
+
+
+class StopOnInterrupt:
+    """A stopping criterion of `generate` that is a safe point at every generated token (runtime/interrupt.py): a
+    long generation (a large model, many new tokens) stops within one token of Ctrl-C. It never ends a sequence."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        interrupt.check()
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+def split_scores(name: str, out: SplitOutputs) -> dict:
+    """A split's aggregates: probability (normalised over the options on the general sets, as TOFU's ra/wf),
+    truth ratio (closer_to_1_better on forget, true_better elsewhere), ROUGE-L recall; and on forget, exact
+    memorisation and extraction strength."""
+    general = name.startswith("general_")
+    scores = {("rouge_l_recall", name): float(out.rouge.mean())}
+    if general and out.loss_perturbed is not None:
+        scores[("prob", name)] = metrics.normalised_probability(out.loss, out.loss_perturbed)
+    else:
+        scores[("prob", name)] = float(metrics.probability(out.loss).mean())
+    if out.truth_ratio is not None:
+        aggregate = metrics.closer_to_1_better if name == FORGET else metrics.true_better
+        scores[("truth_ratio", name)] = aggregate(out.truth_ratio)
+    if name == FORGET:
+        scores[("exact_memorization", name)] = float(out.exact.mean())
+        scores[("extraction_strength", name)] = float(out.extraction.mean())
+    return scores
+
+
+def mia_aucs(outputs: dict[str, SplitOutputs]) -> dict[str, float]:
+    """Each attack's AUC, forget (members) against holdout (non-members)."""
+    return {score: metrics.mia_auc(outputs[FORGET].mia[score], outputs["holdout"].mia[score])
+            for score in MIA_SCORES}
+
+
+def model_scores(outputs: dict[str, SplitOutputs], retrained: dict[str, SplitOutputs]) -> dict:
+    """A model's records against M_r's outputs: every split's aggregates, forget quality (the KS p-value of the
+    forget truth ratios against M_r's), model utility (the harmonic mean of 9), the MIA AUCs and privleak (against
+    M_r's Min-K% AUC)."""
+    scores = {}
+    for name, out in outputs.items():
+        scores |= split_scores(name, out)
+    aucs, aucs_r = mia_aucs(outputs), mia_aucs(retrained)
+    scores |= {(f"mia_{score}_auc", FORGET): auc for score, auc in aucs.items()}
+    scores[("privleak", FORGET)] = metrics.privleak(aucs["min_k"], aucs_r["min_k"])
+    scores[("forget_quality", FORGET)] = metrics.forget_quality(outputs[FORGET].truth_ratio,
+                                                                retrained[FORGET].truth_ratio)
+    utility = [scores.get((metric, split)) for split in UTILITY_SPLITS
+               for metric in ("prob", "rouge_l_recall", "truth_ratio")]
+    scores[("model_utility", None)] = metrics.model_utility(utility) if None not in utility else None
+    return scores
+
+
+EXAMPLE_SPLITS = ("forget", "retain", "holdout")
+TEXT_COLUMNS = ("target", "role", "method", "split", "index", "label", "conf", "loss", "pred", "loss_true",
+                "loss_perturbed", "truth_ratio", "prob", "rouge_l_recall", "mia_zlib", "mia_min_k", "mia_min_k_pp")
+
+
+def confidence(loss: np.ndarray) -> np.ndarray:
+    """The logit-scaled confidence of an answer, log P̃ − log(1 − P̃) with P̃ = exp(−L̄): the image task's `conf`
+    for a sequence, so the report's per-example pools (ε, F, LiRA) read text jobs unchanged. L̄ is floored at 1e-30
+    (P̃ = 1 in float64 would make it infinite)."""
+    loss = np.maximum(loss, 1e-30)
+    return -loss - np.log(-np.expm1(-loss))
+
+
+@dataclass
+class TextExamples(ExampleTable):
+    """`examples.parquet` of a text job: one row per (target, model, split, example) of forget, retain and holdout.
+    `index` is the record's position in `full` (forget) or in its evaluated split, `label` its entity's position
+    among the entities (−1 for holdout), `pred` 1 where the teacher-forced argmax reproduces the whole answer."""
+
+    columns: dict[str, list] = field(default_factory=lambda: {name: [] for name in TEXT_COLUMNS})
+
+    def add_model(self, target: str, role: str, method: str | None, outputs: dict[str, SplitOutputs],
+                  positions: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        for split in EXAMPLE_SPLITS:
+            out, (index, label) = outputs[split], positions[split]
+            n, missing = len(out.loss), np.full(len(out.loss), np.nan)
+            tr = out.truth_ratio
+            values = {"index": index, "label": label, "conf": confidence(out.loss), "loss": out.loss,
+                      "pred": (out.exact == 1).astype(np.int64), "loss_true": missing if out.loss_true is None
+                      else out.loss_true, "loss_perturbed": missing if out.loss_perturbed is None
+                      else out.loss_perturbed.mean(1), "truth_ratio": missing if tr is None else tr,
+                      "prob": metrics.probability(out.loss), "rouge_l_recall": out.rouge,
+                      "mia_zlib": out.mia["zlib"], "mia_min_k": out.mia["min_k"], "mia_min_k_pp": out.mia["min_k_pp"]}
+            for name, value in {"target": target, "role": role, "method": method, "split": split}.items():
+                self.columns[name] += [value] * n
+            for name, value in values.items():
+                self.columns[name].append(np.asarray(value))
+
+    def frame(self):
+        import pandas as pd
+
+        frame = pd.DataFrame({name: pd.Series(self.columns[name], dtype="string")
+                              for name in ("target", "role", "method", "split")})
+        for name in TEXT_COLUMNS[4:]:
+            values = np.concatenate(self.columns[name]) if self.columns[name] else np.zeros(0)
+            frame[name] = values.astype(np.int64 if name in ("index", "label", "pred") else np.float64)
+        return frame

@@ -1,0 +1,269 @@
+"""One job of the text task (TOFU-format question answering with a causal LM): the image job's contract, its body
+for language models.
+
+    data, tokenizer <- dataset.load(), model.tokenizer(the data's text)
+    M_o  <- the base model fine-tuned on full ∪ general sets with the training seed (or from the cache)
+    for each target (one forget set of whole entities):
+        D_f, D_r <- scenario.split(forget seed)
+        M_r <- the base model fine-tuned on D_r ∪ general sets with the unlearning seed (or from the cache)
+        records += M_r's and M_o's metrics; forget quality and privleak against M_r's
+        for each method a:
+            M_u <- a(copy of M_o)                      timed; memory and utilisation sampled
+            records += M_u's metrics; examples += M_o's, M_r's, M_u's per-example outputs (examples.parquet)
+            records += relearn time of copies of M_o, M_r, M_u on the forget records (`evaluation.relearn`, opt-in)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from lightning_fabric import Fabric
+from lightning_fabric.strategies import FSDPStrategy
+from torch import nn
+
+from unlearnbench import __version__
+from unlearnbench.core.components import build, target_of
+from unlearnbench.core.errors import UserError
+from unlearnbench.core.job import Diverged, JobPlan, Outcome, cost_scores, relearn_stage, unit_name, watch
+from unlearnbench.runtime import progress
+from unlearnbench.runtime.cache import ModelCache, cache_key
+from unlearnbench.runtime.fabric import quiet_known_warnings
+from unlearnbench.runtime.monitor import Cost, CostMonitor
+from unlearnbench.runtime.seeding import global_seed, streams
+from unlearnbench.runtime.train import NonFiniteStep
+from unlearnbench.tasks.image.metrics.relearn import RelearnSettings
+from unlearnbench.tasks.text.data import IDK_ANSWERS, TextData
+from unlearnbench.tasks.text.evaluate import FORGET, TextEvaluator, TextExamples, model_scores
+from unlearnbench.tasks.text.methods.base import TextMethod, TextTask
+from unlearnbench.tasks.text.model import CausalLM
+from unlearnbench.tasks.text.relearn import TextRelearning, bare_copy
+from unlearnbench.tasks.text.scenario import ForgetEntities, TextSplits
+from unlearnbench.tasks.text.train import Items, fine_tune
+
+EVAL_BATCH = 32  # OpenUnlearning's evaluation batch size
+
+
+@dataclass
+class TunedModel:
+    """A fine-tuned reference model (M_o or M_r): the module, its weights, its training cost and cache entry."""
+
+    module: nn.Module
+    state: dict[str, torch.Tensor]  # every weight, or the adapters with LoRA
+    base_seed: int  # the seed of a random-init base (`CausalLM.new`); unused with a pretrained one
+    cost: Cost
+    cache: dict
+    curve: dict | None
+
+
+def shards_weights(fabric: Fabric) -> bool:
+    """Whether the strategy splits the weights themselves across ranks (FSDP, DeepSpeed ZeRO-3)."""
+    return isinstance(fabric.strategy, FSDPStrategy) or bool(getattr(fabric.strategy, "zero_stage_3", False))
+
+
+def subclass(config: dict, kind: str, base: type) -> bool:
+    """Whether the component `config` builds is a `base` (checked before building: another task's model does not
+    even build from a text job's arguments)."""
+    target = target_of(config, kind)
+    return isinstance(target, type) and issubclass(target, base)
+
+
+class TextBench:
+    """What the stages of one text job share: data, tokenizer, encoder, model store, evaluator and monitor."""
+
+    def __init__(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
+        config = plan.config
+        self.fabric, self.config, self.outcome, self.seeds = fabric, config, outcome, config["seeds"]
+        with outcome.stage(f"loading {config['dataset']['name']}", "load_data") as loading:
+            self.data: TextData = build(config["dataset"], "dataset").load()
+            loading.note(f"{len(self.data.full):,} records of {len(self.data.entities())} entities")
+        outcome.dataset = self.data.describe()
+        if not (subclass(config["scenario"], "scenario", ForgetEntities) and subclass(config["model"], "model",
+                                                                                       CausalLM)):
+            raise UserError(f"the text task runs model=causal_lm in scenario=forget_entities (not "
+                            f"{config['model']['name']} in {config['scenario']['name']}): use experiment=tofu")
+        self.scenario, self.model = build(config["scenario"], "scenario"), build(config["model"], "model")
+        self.methods: list[TextMethod] = [build(m, "method") for m in plan.methods]
+        self.tokenizer = self.model.tokenizer(self.data.texts() + list(IDK_ANSWERS))
+        self.encoder = self.model.encoder(self.tokenizer)
+        self.recipe = SimpleNamespace(**config["train"])
+        self.cache = ModelCache(config["paths"]["cache_dir"])
+        self.monitor = CostMonitor(fabric.device)
+        self.identity = {"artefact": "text_model", "version": __version__, "dataset": self.data.name,
+                         "data": outcome.dataset["fingerprint"], "model": self.model.identity(self.tokenizer),
+                         "recipe": config["train"], "numerics": outcome.numerics}
+        self.targets = self.scenario.targets(self.data)
+        self.splits = {target: self.scenario.split(self.data, streams("forget_set", self.seeds["forget"]).torch)
+                       for target in self.targets}  # before any training: a forget set that cannot be fails here
+        self.general = self.data.real_authors + self.data.world_facts
+        if config["evaluation"]["relearn"]["enabled"] and shards_weights(fabric):
+            raise UserError(f"evaluation.relearn copies each model whole, which strategy={config['strategy']['name']} "
+                            f"splits across ranks; for relearn time use strategy single, ddp, ddp_spawn or "
+                            f"deepspeed_stage_1/2")
+
+    def items(self, records: list[dict]) -> Items:
+        try:
+            encoded = [self.encoder.item(r["question"], r["answer"]) for r in records]
+        except ValueError as error:
+            raise UserError(f"dataset {self.data.name}: {error}") from None
+        return Items(self.fabric, encoded, self.encoder.pad_id)
+
+    def tuned(self, records: list[dict], stage: str, seed: int, title: str, forget: tuple[str, ...] = ()) -> TunedModel:
+        """The base model fine-tuned on `records` with `seed` (its initialisation and data order), from the cache
+        when it is there; `stage` names the seed stream (M_o: the training seed's, M_r: the unlearning seed's)."""
+        key = cache_key({**self.identity, "stage": stage, "seed": seed, "forget": sorted(forget)})
+
+        def train() -> tuple[dict[str, torch.Tensor], dict]:
+            rng = streams(stage, seed)
+            with self.monitor.measure() as cost, progress.training(title) as run, global_seed(rng.seed):
+                model = self.model.adapt(self.model.new(self.tokenizer, rng.seed), streams("lora", stage, seed).seed)
+                model = fine_tune(self.fabric, model, self.items(records), self.recipe, rng.torch)
+            meta = {**cost.as_dict(), "train_s": cost.time_s, "stage": stage, "seed": seed, "base_seed": rng.seed,
+                    "records": len(records), "curve": run.curve}
+            return self.model.trained_state(self.fabric, model), meta
+
+        with self.outcome.stage(title, stage) as training:
+            try:
+                entry = self.cache.get_or_build(key, train, group=self.fabric if self.fabric.world_size > 1 else None)
+            except NonFiniteStep as diverged:  # nothing was published: the cache never holds a diverged model
+                raise UserError(f"the {stage} model diverged in fine-tuning {diverged.where}; lower train.lr") from None
+            training.note("from the cache" if entry.hit else f"fine-tuned, {self.recipe.epochs} epochs")
+        meta = entry.meta
+        base_seed = meta.get("base_seed", 0)
+        module = self.fabric.setup_module(self.model.restore(self.tokenizer, entry.state, base_seed))
+        module.eval()
+        cost = Cost(meta.get("time_s"), meta.get("memory_gib"), meta.get("utilisation_pct"))
+        return TunedModel(module, entry.state, base_seed, cost,
+                          {"key": key, "hit": entry.hit, "train_s": meta.get("train_s")}, meta.get("curve"))
+
+    def copy(self, tuned: TunedModel) -> nn.Module:
+        """A fresh copy of a fine-tuned model, its adapters (if any) merged into its weights."""
+        return self.model.merged(self.model.restore(self.tokenizer, tuned.state, tuned.base_seed))
+
+    def original(self) -> TunedModel:
+        """M_o: fine-tuned on the full set and the general sets with the training seed."""
+        seed = self.seeds["train"]
+        original = self.tuned(self.data.full + self.general, "original", seed,
+                              f"original model (training seed {seed})")
+        self.outcome.cache["original"] = original.cache
+        self.outcome.keep_curve("original", seed, original.curve, cached=original.cache["hit"])
+        return original
+
+    def split(self, target: str) -> TextSplits:
+        splits = self.splits[target]
+        progress.say(f"target {target}: forget {len(splits.entities)} entities ({len(splits.forget)} records), "
+                     f"retain {len(splits.retain)}")
+        return splits
+
+    def retrained(self, target: str, splits: TextSplits) -> TunedModel:
+        """M_r: fine-tuned on the retain set and the general sets with the unlearning seed."""
+        seed = self.seeds["unlearn"]
+        retrained = self.tuned(splits.retain + self.general, "retrained", seed,
+                               f"target {target}: retrained model (unlearning seed {seed})", splits.entities)
+        self.outcome.cache["retrained"].append({"target": target, **retrained.cache})
+        self.outcome.keep_curve("retrained", seed, retrained.curve, target, cached=retrained.cache["hit"])
+        return retrained
+
+    def unlearn(self, method: TextMethod, target: str, splits: TextSplits, original: TunedModel,
+                retrained: TunedModel) -> tuple[nn.Module, Cost]:
+        """M_u = method(copy of M_o), timed with memory sampled; its randomness from the unlearning seed."""
+        task = TextTask(self.fabric, self.encoder, splits, self.items(splits.forget),
+                        self.items(splits.retain + self.general), streams("method", self.seeds["unlearn"],
+                                                                            method.name, target),
+                        self.recipe, original=lambda: self.copy(original), retrained=retrained.module,
+                        retrained_cost=retrained.cost)
+        title, diverged = f"target {target}: {method.name}", None
+        with self.outcome.stage(title, f"method:{method.name}"), self.monitor.measure() as measured, \
+                progress.training(title), global_seed(task.rng.seed):  # dropout, in a model that has it
+            start = self.model.adapt(self.copy(original), streams("lora", "method", self.seeds["unlearn"],
+                                                                  method.name, target).seed)
+            try:
+                unlearned = method.unlearn(start, task)
+            except NonFiniteStep as error:  # every rank stops at the same step (`text.train.step`)
+                diverged = error
+        cost = method.cost(measured, task)
+        if diverged is not None:  # a failure, with the cost it had run up
+            self.outcome.add(target, method.name, "unlearned", cost_scores(cost))
+            raise Diverged(f"{method.name} diverged {diverged.where}; lower method.lr")
+        if self.outcome.lockstep:
+            self.outcome.lockstep.together(unit_name(target, method.name))
+        return unlearned, cost
+
+    def relearning(self, target: str, splits: TextSplits) -> TextRelearning | None:
+        """Relearn time for `target` (text/relearn.py), or None where `evaluation.relearn` is off."""
+        relearn, evaluation = self.config["evaluation"]["relearn"], self.config["evaluation"]
+        if not relearn["enabled"]:
+            return None
+        return TextRelearning(self.fabric, self.items, splits.forget, RelearnSettings.of(relearn, self.recipe.lr),
+                              self.recipe.weight_decay, self.seeds["eval"], target,
+                              evaluation["batch_size"] or EVAL_BATCH, self.relearn_copy)
+
+    def relearn_copy(self, model: nn.Module) -> nn.Module:
+        """A plain, trainable copy of a model to relearn: its adapters (if any) merged, fresh ones added where LoRA
+        is on (from the evaluation seed), as a method starts from M_o."""
+        plain = bare_copy(model)
+        plain = plain.merge_and_unload() if hasattr(plain, "merge_and_unload") else plain
+        return self.model.adapt(plain, streams("lora", "relearn", self.seeds["eval"]).seed)
+
+    def positions(self, splits: TextSplits) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per example split, each record's `index` and `label` for examples.parquet (`TextExamples`)."""
+        entity = {name: i for i, name in enumerate(self.data.entities())}
+        forgotten = set(splits.entities)
+        in_full = np.array([i for i, r in enumerate(self.data.full) if r["entity"] in forgotten], dtype=np.int64)
+        labelled = {split: np.array([entity.get(r["entity"], -1) for r in records], dtype=np.int64)
+                    for split, records in (("forget", splits.forget), ("retain", splits.retain_eval),
+                                           ("holdout", splits.holdout))}
+        return {"forget": (in_full, labelled["forget"]),
+                "retain": (np.arange(len(splits.retain_eval)), labelled["retain"]),
+                "holdout": (np.arange(len(splits.holdout)), labelled["holdout"])}
+
+
+def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
+    """The job's work; errors are caught and reported, one method's failure never takes the others with it."""
+    outcome = Outcome.begin(fabric, plan)
+    quiet_known_warnings()
+    watch(fabric, plan)
+    with outcome.capture():
+        bench = TextBench(fabric, plan, outcome)
+        original = bench.original()
+        if plan.config["evaluation"]["examples"]:
+            outcome.examples = TextExamples(0, outcome.dataset["fingerprint"])
+        for target in outcome.unsettled(bench.targets):
+            with outcome.isolated(target):
+                splits = bench.split(target)
+                retrained = bench.retrained(target, splits)
+                evaluator = TextEvaluator(fabric, bench.encoder, splits, plan.config["evaluation"]["batch_size"]
+                                          or EVAL_BATCH, bench.model.max_new_tokens)
+                positions = bench.positions(splits)
+                with outcome.stage(f"target {target}: evaluation of M_r and M_o", "evaluation:reference"):
+                    out_r, out_o = evaluator.outputs(retrained.module), evaluator.outputs(original.module)
+                outcome.add(target, None, "retrained", model_scores(out_r, out_r) | cost_scores(retrained.cost))
+                outcome.add(target, None, "original", model_scores(out_o, out_r) | cost_scores(original.cost))
+                keep_examples(outcome, target, "retrained", None, out_r, positions)
+                keep_examples(outcome, target, "original", None, out_o, positions)
+                relearning = bench.relearning(target, splits)
+                relearn_stage(outcome, relearning, original.module, target, "original", FORGET)
+                relearn_stage(outcome, relearning, retrained.module, target, "retrained", FORGET)
+                for method in outcome.unsettled(bench.methods, target):
+                    with outcome.isolated(target, method.name):
+                        unlearned, cost = bench.unlearn(method, target, splits, original, retrained)
+                        with outcome.stage(f"target {target}: evaluation of {method.name}",
+                                           f"evaluation:{method.name}"):
+                            out_u = evaluator.outputs(unlearned)
+                        if not all(out.finite() for out in out_u.values()):
+                            outcome.add(target, method.name, "unlearned", cost_scores(cost))
+                            raise Diverged(f"{method.name} diverged: its losses on the evaluated splits are not "
+                                           f"finite; its metrics are left out")
+                        outcome.add(target, method.name, "unlearned", model_scores(out_u, out_r) | cost_scores(cost))
+                        keep_examples(outcome, target, "unlearned", method.name, out_u, positions)
+                        relearn_stage(outcome, relearning, unlearned, target, "unlearned", FORGET, method.name)
+    return outcome
+
+
+def keep_examples(outcome: Outcome, target: str, role: str, method: str | None, outputs: dict,
+                  positions: dict) -> None:
+    """A model's rows of examples.parquet, unless `evaluation.examples` is off."""
+    if outcome.examples is not None:
+        outcome.examples.add_model(target, role, method, outputs, positions)

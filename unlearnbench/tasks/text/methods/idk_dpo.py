@@ -1,0 +1,48 @@
+"""IdkDPO: direct preference optimisation towards "I don't know" answers (Rafailov et al. 2023, DPO; as TOFU's
+and OpenUnlearning's IdkDPO).
+
+As OpenUnlearning's `DPO` handler with its idk experiment (src/trainer/unlearn/dpo.py, configs/trainer/DPO.yaml,
+configs/experiment/unlearn/tofu/idk.yaml): the preferred answer to a forget question is an "I don't know" answer,
+the rejected one the true answer; L_forget = −(2/β)·mean log σ(β(r_w − r_l)), r the log-ratio of the model to the
+frozen M_o; β = 0.1, γ = α = 1, an NLL retain term. The "I don't know" answers are the project's own list
+(`unlearnbench.tasks.text.data.IDK_ANSWERS`), not OpenUnlearning's `idk.jsonl`; each forget example draws one uniformly
+at every step, from the unlearning seed (the reference draws from the global RNG), as the rest of the global
+batch is drawn, whatever the number of ranks.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from torch import Tensor, nn
+
+from unlearnbench.core.config import POSITIVE, Range
+from unlearnbench.tasks.text import losses
+from unlearnbench.tasks.text.data import IDK_ANSWERS, collate
+from unlearnbench.tasks.text.methods.base import ForgetRetainMethod, TextTask
+from unlearnbench.tasks.text.methods.npo import nll_pair
+
+
+class IdkDPO(ForgetRetainMethod):
+    ranges: ClassVar[dict[str, Range]] = {"beta": POSITIVE}
+    forget_unit = "rows"
+    uses_reference = True
+
+    def __init__(self, name: str, beta: float = 0.1, **options) -> None:
+        super().__init__(name, **options)
+        self.beta = beta
+
+    def prepare(self, model: nn.Module, reference: nn.Module | None, task: TextTask) -> None:
+        questions = [record["question"] for record in task.splits.forget]
+        self.idk = [[task.encoder.item(q, answer) for answer in IDK_ANSWERS] for q in questions]
+
+    def forget_loss(self, model: nn.Module, reference: nn.Module | None, forget: dict[str, Tensor],
+                    task: TextTask) -> Tensor:
+        rows = forget["row"].tolist()
+        chosen = (forget["draw"] % len(IDK_ANSWERS)).tolist()  # the loop's per-example draw (unlearning seed)
+        idk = collate([self.idk[row][answer] for row, answer in zip(rows, chosen, strict=True)],
+                      task.encoder.pad_id)
+        idk = {name: tensor.to(forget["input_ids"].device) for name, tensor in idk.items()}
+        preferred, preferred_ref = nll_pair(model, reference, idk)
+        rejected, rejected_ref = nll_pair(model, reference, forget)
+        return losses.dpo(preferred, preferred_ref, rejected, rejected_ref, self.beta)

@@ -1,0 +1,106 @@
+"""RMU, representation misdirection for unlearning (Li et al. 2024, "The WMDP benchmark").
+
+As OpenUnlearning's `RMU` (src/trainer/unlearn/rmu.py, configs/trainer/RMU.yaml): the output h of one decoder layer
+is steered, on the forget answers' tokens, towards c·u/‖u‖ for a random direction u (uniform on [0, 1)^d, drawn
+once per run), and kept, on the retain answers' tokens, at the frozen M_o's h (`EMBED_DIFF`): L = γ·A(h_θ(forget),
+c·u/‖u‖) + α·A(h_θ(retain), h_ref(retain)), A the mean over answer tokens of mean_d (h − target)²; c = 2, γ = α = 1,
+every parameter trained. The layer: `layer` (OpenUnlearning's module_regex `model\\.layers\\.7`, the 8th of
+Llama-3.2-1B's 16); null takes the middle one, (L − 1) // 2. u comes from the unlearning seed (the reference draws
+it from the global RNG at the first step).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from unlearnbench.core.config import AT_LEAST_0, POSITIVE, Range
+from unlearnbench.core.errors import UserError
+from unlearnbench.tasks.text import losses
+from unlearnbench.tasks.text.methods.base import ForgetRetainMethod, TextTask
+from unlearnbench.tasks.text.train import forward
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    bare = getattr(model, "module", model)
+    return bare.get_decoder().layers
+
+
+class Activations:
+    """The output of one decoder layer at the last forward pass (a forward hook)."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        self.value: Tensor | None = None
+        self.handle = layer.register_forward_hook(self.keep)
+
+    def keep(self, module: nn.Module, inputs, output) -> None:
+        self.value = output[0] if isinstance(output, tuple) else output
+
+    def of(self, model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        forward(model, batch)
+        return self.value
+
+
+class RMU(ForgetRetainMethod):
+    ranges: ClassVar[dict[str, Range]] = {"steering_coeff": POSITIVE, "layer": AT_LEAST_0}
+    forget_unit = "rows"
+
+    def __init__(self, name: str, steering_coeff: float = 2.0, layer: int | None = None, **options) -> None:
+        super().__init__(name, **options)
+        self.steering_coeff, self.layer = steering_coeff, layer
+
+    def needs_reference(self) -> bool:
+        return self.alpha > 0
+
+    @property
+    def retain_unit(self) -> str:
+        return "rows"
+
+    def index(self, layers: nn.ModuleList) -> int:
+        index = (len(layers) - 1) // 2 if self.layer is None else self.layer
+        if index >= len(layers):
+            raise UserError(f"method {self.name}: layer={index} is not valid; valid: 0 to {len(layers) - 1} (the "
+                            f"model has {len(layers)} decoder layers)")
+        return index
+
+    def parameters(self, model: nn.Module):
+        """Every parameter the loss reaches: the embeddings and the layers up to the steered one. The reference
+        hands the optimizer every parameter, but those above the layer get no gradient and AdamW leaves them as
+        they are; frozen here, so that data-parallel training does not wait for their gradients."""
+        layers = decoder_layers(model)
+        reached = {id(p) for p in model.get_input_embeddings().parameters()}
+        reached |= {id(p) for layer in layers[:self.index(layers) + 1] for p in layer.parameters()}
+        for parameter in model.parameters():
+            if id(parameter) not in reached:
+                parameter.requires_grad_(False)
+        return None
+
+    def prepare(self, model: nn.Module, reference: nn.Module | None, task: TextTask) -> None:
+        layers = decoder_layers(model)
+        index = self.index(layers)
+        self.hidden = Activations(layers[index])
+        self.reference_hidden = Activations(decoder_layers(reference)[index]) if reference is not None else None
+        width = layers[index].self_attn.q_proj.in_features
+        direction = torch.rand(1, 1, width, generator=task.rng.torch)
+        self.target = (self.steering_coeff * direction / direction.norm()).to(task.fabric.device)
+
+    def forget_loss(self, model: nn.Module, reference: nn.Module | None, forget: dict[str, Tensor],
+                    task: TextTask) -> Tensor:
+        hidden = self.hidden.of(model, forget)
+        return losses.activation_distance(hidden, self.target.expand_as(hidden), forget["labels"])
+
+    def retain_term(self, model: nn.Module, reference: nn.Module | None, retain: dict[str, Tensor]) -> Tensor:
+        hidden = self.hidden.of(model, retain)
+        with torch.no_grad():
+            reference_hidden = self.reference_hidden.of(reference, retain)
+        return losses.activation_distance(hidden, reference_hidden, retain["labels"])
+
+    def unlearn(self, model: nn.Module, task: TextTask) -> nn.Module:
+        try:
+            return super().unlearn(model, task)
+        finally:
+            for hook in (getattr(self, "hidden", None), getattr(self, "reference_hidden", None)):
+                if hook is not None:
+                    hook.handle.remove()
