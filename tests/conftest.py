@@ -16,7 +16,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
 import torch
-from helpers import TINY
+from helpers import TINY, compose_config
+from omegaconf import DictConfig, OmegaConf
 
 from unlearnbench.runtime.seeding import configure_determinism
 
@@ -32,6 +33,23 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 def tiny() -> list[str]:
     """A digits setting that trains in about a second per model and still learns."""
     return list(TINY)
+
+
+@pytest.fixture(scope="session")
+def cfg_tiny_global() -> DictConfig:
+    """The tiny digits job's config, composed once per run (lightning-hydra-template's `cfg_train_global`): tests
+    take a copy (`cfg_tiny`) and change what they test instead of keeping override lists."""
+    cfg = compose_config(list(TINY))
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
+
+
+@pytest.fixture
+def cfg_tiny(cfg_tiny_global, tmp_path) -> DictConfig:
+    """A writable copy of `cfg_tiny_global` whose data and cache folders are the test's own."""
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg_tiny_global))
+    cfg.paths.data_dir, cfg.paths.cache_dir = str(tmp_path / "data"), str(tmp_path / "cache")
+    return cfg
 
 
 @pytest.fixture(scope="session")
@@ -86,7 +104,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """Keep the file times of a run of the whole suite (`make test`, `make test-fast`: a file the fast set leaves out
     keeps its time of the last whole run); a run of some files or some tests (`-k`) keeps nothing."""
     config = session.config
-    if getattr(config, "cache", None) is None or os.environ.get("PYTEST_XDIST_WORKER") or config.option.keyword or not _durations:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if getattr(config, "cache", None) is None or worker or config.option.keyword or not _durations:
         return
     if [Path(arg).resolve() for arg in config.args] == [Path(config.rootpath, "tests").resolve()]:
         kept = config.cache.get(DURATIONS, {})

@@ -40,7 +40,7 @@ PRELOAD = (
     "torch", "lightning_fabric", "hydra", "omegaconf", "matplotlib.figure", "matplotlib.backends.backend_agg",
     "hydra._internal.hydra", "hydra._internal.core_plugins.basic_launcher",
     "hydra._internal.core_plugins.basic_sweeper", "hydra_plugins.unlearnbench_launcher.local",
-    "unlearnbench.cli", "unlearnbench.core.job", "unlearnbench.tasks.ranking.job",
+    "unlearnbench.cli", "unlearnbench.core.job", "unlearnbench.tasks.image.bench", "unlearnbench.tasks.ranking.job",
     "unlearnbench.tasks.image.methods.finetune", "unlearnbench.tasks.image.models.resnet",
     "unlearnbench.tasks.image.data.digits", "sklearn.datasets", "unlearnbench.report.build",
     "unlearnbench.report.callback", "pyarrow.parquet",

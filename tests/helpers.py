@@ -12,7 +12,7 @@ from pathlib import Path
 
 import forkserver
 from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -38,15 +38,36 @@ def run_in_process(overrides: list[str], tmp_path: Path, methods: list[str], cac
                    method_options: dict[str, list[str]] | None = None):
     """Run a job's body on one CPU process (no Hydra job folder): the fast way to test what a job computes.
     `method_options` holds further overrides of single methods (`{"unsir": ["method.noise_steps=25"]}`)."""
+    cfg = compose_config([f"paths.data_dir={tmp_path / 'data'}", f"paths.cache_dir={cache_dir or tmp_path / 'cache'}",
+                          *(o for o in overrides if not o.startswith("method."))])
+    shared = [o for o in overrides if o.startswith("method.")]
+    return run_config(cfg, tmp_path, {m: [*shared, *(method_options or {}).get(m, [])] for m in methods})
+
+
+def run_config(cfg: DictConfig, folder: Path, methods: dict[str, list[str]]):
+    """Run a job's body on one CPU process from a composed config (`cfg_tiny`, conftest.py): each method's config as
+    `+method=name` gives it in this setting, with its own `method.x=v` overrides."""
     from lightning_fabric import Fabric
 
     from unlearnbench.core.job import JobPlan, execute
 
-    config = plain_config([o for o in overrides if not o.startswith("method.")], tmp_path, cache_dir)
-    method_configs = [plain_config([*overrides, f"+method={m}", *(method_options or {}).get(m, [])], tmp_path)["method"]
-                      for m in methods]
+    config = OmegaConf.to_container(cfg, resolve=True)
+    method_configs = [method_in(cfg, name, options) for name, options in methods.items()]
     fabric = Fabric(accelerator="cpu", devices=1, precision=config["precision"]["fabric"])
-    return execute(fabric, JobPlan(config, method_configs, str(tmp_path)))
+    return execute(fabric, JobPlan(config, method_configs, str(folder)))
+
+
+@functools.cache
+def method_node(name: str) -> DictConfig:
+    """conf/method/<name>.yaml as Hydra composes it, its interpolations unresolved (composed once per run)."""
+    return compose_config([f"+method={name}"]).method
+
+
+def method_in(cfg: DictConfig, name: str, options: list[str] = ()) -> dict:
+    """The method config `+method=name` gives the job `cfg` (its interpolations, `${scenario.batch_size}`, resolved
+    against `cfg`), with `method.x=v` overrides applied."""
+    merged = OmegaConf.merge(cfg, {"method": method_node(name)}, OmegaConf.from_dotlist(list(options)))
+    return OmegaConf.to_container(merged.method, resolve=True)
 
 
 def run_cli(args: list[str], tmp_path: Path, sweep: str = "sweep", timeout: int = 600,

@@ -7,6 +7,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import hydra
 from omegaconf import DictConfig
@@ -115,7 +116,8 @@ def report_main() -> None:
     the first one's `report/`, or `--out`. Failed jobs are listed in the report and on stderr."""
     import argparse
 
-    from unlearnbench.core.config import LEADERBOARD_METRICS, leaderboard_problems
+    from unlearnbench.core.config import leaderboard_problems
+    from unlearnbench.core.errors import UserError
     from unlearnbench.report.compute.forget_quality import FORGET_PERMUTATIONS
     from unlearnbench.report.compute.leaderboard import RESAMPLES
     from unlearnbench.report.compute.seed_design import TARGET_SE
@@ -142,15 +144,21 @@ def report_main() -> None:
                         help=f"the standard error of a method's mean the seed plan aims at (default {TARGET_SE})")
     parser.add_argument("--permutations", type=count, default=FORGET_PERMUTATIONS, metavar="K",
                         help=f"random splits behind each forgetting quality's null (default {FORGET_PERMUTATIONS})")
-    parser.add_argument("--leaderboard-metrics", default=",".join(LEADERBOARD_METRICS), metavar="M[:SPLIT],…",
-                        help="the metrics of the leaderboard's mean rank (default: each task's, docs/comparing.md)")
+    parser.add_argument("--leaderboard-metrics", default=None, metavar="M[:SPLIT],…",
+                        help="the metrics of the leaderboard's mean rank, each with a best value (default: those the "
+                             "results' tasks declare, docs/comparing.md)")
     parser.add_argument("--resamples", type=count, default=RESAMPLES, metavar="B",
                         help=f"bootstrap resamples behind the leaderboard's rank intervals (default {RESAMPLES})")
     args = parser.parse_args()
-    metrics = [m for m in args.leaderboard_metrics.split(",") if m]
-    for problem in leaderboard_problems(metrics):
+
+    def refuse(problem: str) -> NoReturn:
         parser.exit(2, f"unlearnbench-report: {problem.replace('report.leaderboard.metrics', '--leaderboard-metrics')}"
                        "\n")
+
+    given = args.leaderboard_metrics
+    metrics = None if given is None else [m for m in given.split(",") if m]
+    for problem in leaderboard_problems(metrics):
+        refuse(problem)
     missing = [str(f) for f in args.folders if not f.is_dir()]
     if missing:
         parser.exit(2, f"unlearnbench-report: not a folder: {', '.join(missing)}\n")
@@ -167,6 +175,8 @@ def report_main() -> None:
         built = build_report(args.folders, out, figures=not args.no_figures, target_se=args.target_se,
                              forget_permutations=args.permutations, leaderboard_metrics=metrics,
                              resamples=args.resamples)
+    except UserError as error:  # a leaderboard metric the results do not rank by
+        refuse(str(error))
     except WriteError as error:
         sys.exit(f"unlearnbench-report: {error}")
     for line in [*failure_lines(built.failed, len(built.jobs)), *method_failure_lines(failed_methods(built.jobs))]:

@@ -182,5 +182,6 @@ def test_a_target_in_a_package_python_cannot_find_says_how_to_make_it_importable
     message = str(raised.value)
     assert message.startswith("method noisy: cannot import _target_ mypkg_not_installed.noisy.NoisyFineTune: ")
     assert "pip install -e DIR" in message and "PYTHONPATH=." in message and str(tmp_path) in message
-    with pytest.raises(UserError, match=r"cannot import _target_ unlearnbench\.tasks\.image\.methods\.finetune\.Missing "):
+    missing = r"cannot import _target_ unlearnbench\.tasks\.image\.methods\.finetune\.Missing "
+    with pytest.raises(UserError, match=missing):
         build({"_target_": "unlearnbench.tasks.image.methods.finetune.Missing", "name": "missing"}, "method")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from helpers import run_in_process
+from helpers import run_config, run_in_process
+from omegaconf import OmegaConf
 
 COST = {"time_s", "memory_gib", "utilisation_pct"}
 SPLITS = {"forget_train", "retain_train", "forget_test", "retain_test"}
@@ -20,16 +21,15 @@ def by_key(records: list[dict]) -> dict:
 
 
 @pytest.fixture(scope="module")
-def twice(tmp_path_factory):
+def twice(tmp_path_factory, cfg_tiny_global):
     """The same job twice, each with an empty cache, then once more on the second run's (full) cache."""
-    from helpers import TINY
-
-    overrides = list(TINY)
-    first = run_in_process(overrides, tmp_path_factory.mktemp("a"), ["finetune", "retrain"])
-    folder = tmp_path_factory.mktemp("b")
-    second = run_in_process(overrides, folder, ["finetune", "retrain"])
-    cached = run_in_process(overrides, folder, ["finetune", "retrain"])
-    return first, second, cached
+    methods = {"finetune": [], "retrain": []}
+    runs, folders = [], [tmp_path_factory.mktemp("a"), *[tmp_path_factory.mktemp("b")] * 2]
+    for folder in folders:
+        cfg = OmegaConf.merge(cfg_tiny_global, {"paths": {"cache_dir": str(folder / "cache"),
+                                                          "data_dir": str(folder / "data")}})
+        runs.append(run_config(cfg, folder, methods))
+    return tuple(runs)
 
 
 def test_job_completes_with_every_record(twice):

@@ -119,7 +119,7 @@ TRAIN = textwrap.dedent("""
 
 def on_a_terminal(live: bool, **env: str) -> str:
     """What a tiny training run prints when its stdout is a terminal (a pseudo-terminal here)."""
-    source = TRAIN.format(tests=os.path.dirname(os.path.dirname(__file__)), live=live)
+    source = TRAIN.format(tests=os.path.dirname(os.path.abspath(__file__)), live=live)
     leader, follower = pty.openpty()
     environment = {k: v for k, v in os.environ.items() if k != "CI"} | env
     child = subprocess.Popen([sys.executable, "-c", source], stdout=follower, stderr=follower, env=environment)

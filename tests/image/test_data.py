@@ -412,7 +412,8 @@ def test_unknown_class_lists_valid_names(digits, cifar20):
 
 @pytest.mark.parametrize("fraction", [0, 0.0, -0.1, 1.5, "0", "nan", float("inf")])
 def test_random_sample_rejects_fractions_outside_unit_interval(digits, fraction):
-    with pytest.raises(UserError, match=r"outside \(0, 1\)"):
+    expected = rf"the .targets. option of scenario random_sample must be fractions in \(0, 1\); got {fraction} instead"
+    with pytest.raises(UserError, match=expected):
         RandomSample(name="random_sample", targets=[fraction]).targets(digits)
 
 

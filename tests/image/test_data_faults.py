@@ -329,7 +329,7 @@ def test_fashion_label_out_of_range(tmp_path):
 
 @pytest.mark.parametrize("fraction", [0, 1, 1.5, -0.2, float("nan")])
 def test_digits_test_fraction_outside_unit_interval(fraction):
-    one_line_error(rf"dataset digits: test_fraction {fraction} is outside \(0, 1\)",
+    one_line_error(rf"the 'test_fraction' option of dataset digits must be in \(0, 1\) .*; got {fraction} instead",
                    lambda: Digits(name="digits", test_fraction=fraction, **STATS))
 
 

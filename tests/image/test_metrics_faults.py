@@ -16,12 +16,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from unlearnbench.core.result import finite
 from unlearnbench.runtime import monitor
 from unlearnbench.runtime.monitor import CostMonitor, NvmlUtilisation
 from unlearnbench.tasks.image.data.base import ImageData
 from unlearnbench.tasks.image.data.scenarios import FullClass, RandomSample
 from unlearnbench.tasks.image.metrics import functions as fn
-from unlearnbench.tasks.image.metrics.scoring import Outputs, Scorer, finite
+from unlearnbench.tasks.image.metrics.scoring import Outputs, Scorer
 
 SPLITS = ("forget_train", "retain_train", "forget_test", "retain_test")
 

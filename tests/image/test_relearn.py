@@ -10,11 +10,12 @@ import torch
 from helpers import RELEARN_METRICS as METRICS
 from helpers import TINY, assert_relearn_records, compose_config, relearnt, run_in_process
 
+from unlearnbench.core.catalogue import CORE
 from unlearnbench.core.config import validate
 from unlearnbench.core.errors import UserError
-from unlearnbench.report.compute.analysis import ideal
+from unlearnbench.core.relearn import Measurement, Relearning, relearn
 from unlearnbench.tasks.image.data.base import Subset
-from unlearnbench.tasks.image.metrics.relearn import Measurement, Relearning, relearn, relearn_subset
+from unlearnbench.tasks.image.metrics.relearn import relearn_subset
 
 METHODS = ["finetune", "retrain"]
 RELEARN = ["evaluation.relearn.enabled=true", "evaluation.relearn.max_steps=10", "evaluation.relearn.k=2"]
@@ -74,7 +75,7 @@ def test_the_original_sets_the_threshold_and_relearns_at_once():
 
 
 def settings(**changes):
-    from unlearnbench.tasks.image.metrics.relearn import RelearnSettings
+    from unlearnbench.core.relearn import RelearnSettings
 
     values = {"examples": None, "max_steps": 25, "k": 5, "lr": None, "batch_size": 32} | changes
     return RelearnSettings.of(values, train_lr=0.05)
@@ -183,7 +184,7 @@ def test_bad_values_fail_with_one_line_before_any_work(override, message):
 
 
 def test_the_report_marks_the_value_closest_to_the_retrained_models_best():
-    assert ideal("relearn_steps") == ideal("relearn_acc") == "retrained"
+    assert CORE.ideal("relearn_steps") == CORE.ideal("relearn_acc") == "retrained"
 
 
 def test_the_report_reads_the_relearn_records_like_any_other(jobs, tmp_path):
@@ -191,7 +192,7 @@ def test_the_report_reads_the_relearn_records_like_any_other(jobs, tmp_path):
 
     import pandas as pd
 
-    from unlearnbench.core.job import result_document
+    from unlearnbench.core.result import result_document
     from unlearnbench.report.build import build_report
 
     outcome = jobs[0][0]

@@ -23,7 +23,7 @@ from unlearnbench.tasks.ranking.methods.fed_gradient_ascent import FedGradientAs
 from unlearnbench.tasks.ranking.methods.fed_retrain import FedRetrain
 from unlearnbench.tasks.ranking.methods.federaser import FedEraser
 
-TESTS = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent  # this module, importable by the job as test_ltr_methods
 @pytest.fixture
 def setting():
     return stub_federation()
@@ -159,13 +159,17 @@ def test_a_diverging_method_is_a_failure_with_null_metrics_and_the_others_are_sc
     conf = tmp_path / "user_conf" / "method"
     conf.mkdir(parents=True)
     (conf / "exploding_ranker.yaml").write_text("_target_: test_ltr_methods.ExplodingRanker\nname: exploding_ranker\n")
-    os.environ["PYTHONPATH"] = f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(TESTS.parent), before or ""])  # and helpers.py
     try:
         run = run_cli([f"--config-dir={tmp_path / 'user_conf'}", "experiment=foltr", "scenario.rounds=40",
                        "scenario.unlearning_rounds=30", "dataset.train_queries=120", "dataset.test_queries=40",
                        "methods=[exploding_ranker,fedremove]"], tmp_path)
     finally:
-        os.environ["PYTHONPATH"] = os.environ["PYTHONPATH"].split(os.pathsep, 1)[1]
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
     assert run.returncode == 1 and "Traceback" not in run.stderr  # a failed method fails the sweep, in one line
     assert "method exploding_ranker: exploding_ranker diverged" in run.stderr
     ((_, result),) = results(tmp_path / "sweep").items()

@@ -13,9 +13,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from unlearnbench.core.catalogue import CORE
 from unlearnbench.report.build import build_report
-from unlearnbench.report.compute.forget_quality import KLOM_COLUMNS, QUALITY_COLUMNS, forget_quality
+from unlearnbench.report.compute.forget_quality import KLOM_COLUMNS, QUALITY_COLUMNS, forget_quality, load_examples
 from unlearnbench.report.compute.forgetting import klom, klom_summary, null_kloms, null_orders
+from unlearnbench.tasks.image.catalogue import CATALOGUE as IMAGE
+from unlearnbench.tasks.ranking.catalogue import CATALOGUE as RANKING
+from unlearnbench.tasks.text.catalogue import CATALOGUE as TEXT
 
 BINS, FLOOR, CLIP = 20, 1e-5, 100.0  # the reference's bin_count, eps, min_val/max_val
 TOP = math.log(1 / FLOOR)  # KL of a point mass on a bin the retrained pool leaves empty
@@ -278,3 +282,50 @@ def test_the_report_writes_klom_to_forget_quality_csv(tmp_path):
     assert (gold["klom_forget"] == 0.0).all() and (gold["klom_retain"] == 0.0).all()
     shift = written[written["method"] == "shift"]
     assert (shift["klom_forget"] >= TOP - math.log(3)).all()
+
+
+def scaling_records(jobs: list[dict]) -> pd.DataFrame:
+    """The image task's records that scale the competition's score (accuracy on D_r and D'_r) and the MIA beside
+    it (on D_f), for every model of every job."""
+    declared = IMAGE.per_example
+    models = [("retrained", None, 0.9), ("unlearned", "retrain", 0.9), ("unlearned", "shift", 0.6)]
+    return pd.DataFrame([{"folder": job["folder"], "status": "complete", "target": "0.1", "role": role,
+                          "method": method, "metric": metric, "split": split, "value": value}
+                         for job in jobs for role, method, value in models
+                         for metric, split in ((declared.accuracy, declared.retain),
+                                               (declared.accuracy, declared.unseen),
+                                               (declared.privacy, declared.forget))])
+
+
+def test_the_splits_and_records_scored_are_those_the_jobs_task_declares():
+    """The same margins under the text task's split names score the same F and KLOM, without the image task's
+    accuracies and MIA (the text task declares none); a ranking job (no declarations) is not scored."""
+    jobs, examples = fabricated(np.random.default_rng(3))
+    records = scaling_records(jobs)
+    image = forget_quality([{**job, "catalogue": IMAGE + CORE} for job in jobs], examples, records, KEYS, 10).quality
+    renamed = dict(zip(SPLITS, (TEXT.per_example.forget, TEXT.per_example.retain, TEXT.per_example.unseen),
+                       strict=True))
+    text_examples = {folder: rows.assign(split=rows["split"].map(renamed)) for folder, rows in examples.items()}
+    text = forget_quality([{**job, "catalogue": TEXT + CORE} for job in jobs], text_examples, records, KEYS,
+                          10).quality
+    scaled = ["score", "mia_unlearned", "mia_retrained"]
+    pd.testing.assert_frame_equal(text.drop(columns=scaled), image.drop(columns=scaled))
+    assert text[scaled].isna().all().all() and image[scaled].notna().all().all()
+    shift = image[image["method"] == "shift"]
+    assert np.allclose(shift["score"], shift["forget_quality"] * (0.6 / 0.9) ** 2)
+    assert (shift["mia_unlearned"] == 0.6).all() and (shift["mia_retrained"] == 0.9).all()
+    ranking = [{**job, "catalogue": RANKING + CORE} for job in jobs]
+    assert forget_quality(ranking, examples, records, KEYS, 10).empty
+
+
+def test_examples_are_read_for_the_splits_the_task_declares(tmp_path):
+    jobs, examples = fabricated(np.random.default_rng(4))
+    folder = tmp_path / "job"
+    folder.mkdir()
+    examples[jobs[0]["folder"]].to_parquet(folder / "examples.parquet", index=False)
+    declared = {task: {"folder": str(folder), "status": "complete", "catalogue": catalogue + CORE}
+                for task, catalogue in (("image", IMAGE), ("text", TEXT), ("ranking", RANKING))}
+    assert set(load_examples([declared["image"]], pd.DataFrame())) == {str(folder)}
+    assert load_examples([declared["ranking"]], pd.DataFrame()) == {}  # no declarations: not read
+    assert load_examples([declared["text"]], pd.DataFrame()) == {}  # another task's splits: a damaged file
+    assert declared["text"]["status"] == "invalid" and "is not one of" in declared["text"]["error"]

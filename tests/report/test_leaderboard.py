@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
+from unlearnbench.core.errors import UserError
 from unlearnbench.report.build import build_report
 from unlearnbench.report.compute.leaderboard import (
     AGGREGATE,
@@ -24,9 +25,11 @@ from unlearnbench.report.compute.leaderboard import (
     ranks_of,
     tables,
 )
+from unlearnbench.report.read.catalogue import legacy_catalogue
 
 KEYS = ["dataset", "model", "scenario"]
 METRIC = ("delta_acc", "forget_test")
+LEGACY = legacy_catalogue()
 
 
 def values(scores: dict[str, np.ndarray], metric: tuple[str, str] = METRIC, unlearning_seeds: int = 1,
@@ -50,7 +53,7 @@ def known():
     rng = np.random.default_rng(7)
     scores = {"alpha": rng.uniform(0.0, 0.2, 12), "beta": rng.uniform(0.0, 0.2, 12),
               "gamma": rng.uniform(0.5, 0.7, 12)}
-    board, = leaderboards(values(scores, unlearning_seeds=2), KEYS, [METRIC])
+    board, = leaderboards(values(scores, unlearning_seeds=2), KEYS, [METRIC], LEGACY)
     return scores, board
 
 
@@ -131,10 +134,10 @@ def test_blocks_needed_is_where_the_smallest_p_reaches_alpha():
     assert friedman == 3  # χ²(2) tail at n(k − 1) = 2n is e^(−n): e^(−3) ≤ 0.05 < e^(−2)
     assert wilcoxon == 7  # 2/2⁷ ≤ 0.05/3 < 2/2⁶
     separated = {"a": np.arange(1, 8) * 0.01, "b": np.arange(1, 8) * 0.01 + 0.5, "c": np.arange(1, 8) * 0.01 + 1}
-    board, = leaderboards(values(separated), KEYS, [METRIC])
+    board, = leaderboards(values(separated), KEYS, [METRIC], LEGACY)
     assert all(p["different"] for p in board.pairs) and not board.rows[0]["note"]
     short = {m: v[:6] for m, v in separated.items()}
-    board, = leaderboards(values(short), KEYS, [METRIC])
+    board, = leaderboards(values(short), KEYS, [METRIC], LEGACY)
     assert not board.pairs and "needs 7 blocks, not 6: 7 training seeds" in board.rows[0]["note"]
 
 
@@ -144,7 +147,7 @@ def test_ranks_are_within_blocks_ties_shared_and_retrained_ideals_use_m_rs_block
     frame = values({"a": np.array([0.50, 0.50]), "b": np.array([0.80, 0.90]), "retrain": np.array([0.0, 0.0])},
                    metric=("acc", "forget_train"))
     reference = frame[frame["method"] == "a"].assign(role="retrained", method="", value=[0.85, 0.88])
-    board, = leaderboards(pd.concat([frame, reference]), KEYS, [("acc", "forget_train")])
+    board, = leaderboards(pd.concat([frame, reference]), KEYS, [("acc", "forget_train")], LEGACY)
     rows = {r["method"]: r for r in board.rows}
     assert set(rows) == {"a", "b"}  # retrain (M_r itself) is not ranked
     assert rows["b"]["mean_rank"] == 1.0 and rows["b"]["score"] == pytest.approx(0.035)
@@ -154,7 +157,7 @@ def test_the_aggregate_is_the_mean_rank_over_the_metrics(known):
     scores, _ = known
     other = {"alpha": scores["gamma"], "beta": scores["alpha"], "gamma": scores["beta"]}  # alpha now worst
     frame = pd.concat([values(scores), values(other, metric=("delta_mia", "forget_train"))])
-    board, = leaderboards(frame, KEYS, [METRIC, ("delta_mia", "forget_train")])
+    board, = leaderboards(frame, KEYS, [METRIC, ("delta_mia", "forget_train")], LEGACY)
     aggregate = {r["method"]: r["mean_rank"] for r in board.rows if r["metric"] == AGGREGATE}
     per_metric = board.ranks[METRIC] + board.ranks[("delta_mia", "forget_train")]
     expected = ranks_of(per_metric / 2).mean()
@@ -192,26 +195,70 @@ def test_the_critical_difference_diagram_is_drawn_where_the_pairs_were_tested(kn
     from unlearnbench.report.render.markdown import leaderboard_section
 
     _, board = known
-    path, = leaderboard(SimpleNamespace(leaderboard=[board]), tmp_path)
+    path, = leaderboard(SimpleNamespace(leaderboard=[board], catalogue=LEGACY), tmp_path)
     assert path.name == "leaderboard_digits_resnet18_full_class.png"
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    section = leaderboard_section([board], {path.stem: f"figures/{path.name}"})
+    section = leaderboard_section([board], {path.stem: f"figures/{path.name}"}, LEGACY)
     assert f"![critical-difference diagram](figures/{path.name})" in section
     assert any("pairs that differ (Wilcoxon–Holm, α = 0.05; < reads closer to the ideal): alpha < gamma, "
                "beta < gamma." in line for line in section)
-    short, = leaderboards(values({m: v[:6] for m, v in known[0].items()}), KEYS, [METRIC])
-    assert leaderboard(SimpleNamespace(leaderboard=[short]), tmp_path / "none") == []  # no test: no diagram
+    short, = leaderboards(values({m: v[:6] for m, v in known[0].items()}), KEYS, [METRIC], LEGACY)
+    no_test = SimpleNamespace(leaderboard=[short], catalogue=LEGACY)
+    assert leaderboard(no_test, tmp_path / "none") == []  # no test: no diagram
 
 
-def test_a_leaderboard_metric_without_a_best_value_is_refused_in_one_line():
+def small_sweep(folder, catalogue: dict | None = None) -> None:
+    """Two jobs of three methods recording Δacc D'_f (schema 1, or schema 2 with `catalogue`)."""
+    for i in range(2):
+        records = [{"target": "3", "method": m, "role": "unlearned", "metric": "delta_acc", "split": "forget_test",
+                    "value": v + i / 100} for m, v in (("alpha", 0.1), ("beta", 0.3), ("gamma", 0.2))]
+        job_folder = folder / f"job{i}"
+        job_folder.mkdir(parents=True)
+        job = {"task": "image_classification", "dataset": "digits", "model": "resnet18", "scenario": "full_class",
+               "method": "all", "seed_train": i, "seed_unlearn": i, "seed_eval": i}
+        extra = {} if catalogue is None else {"catalogue": catalogue}
+        (job_folder / "result.json").write_text(json.dumps({"schema": 2 if extra else 1, "status": "complete",
+                                                            "error": None, "job": job, "records": records, **extra}))
+
+
+def test_a_leaderboard_metric_without_a_best_value_or_records_is_refused_in_one_line_when_the_report_is_built(
+        tmp_path):
+    """The config checks the syntax only; the results' catalogue says which metrics have a best value, and the
+    report refuses the others before writing a file."""
     from helpers import compose_config
 
     from unlearnbench.core.config import leaderboard_problems, validate
-    from unlearnbench.core.errors import UserError
 
-    assert leaderboard_problems(["acc:forget_train", "relearn_steps:forget_train", "ndcg@10"]) == []
-    problem, = leaderboard_problems(["acc:forget_train", "seed_train", "weight_distance"])
-    assert problem.startswith("report.leaderboard.metrics has seed_train, weight_distance, which have no best value")
-    with pytest.raises(UserError, match=r"^invalid config: report.leaderboard.metrics has foo:bar, "):
-        validate(compose_config(["report.leaderboard.metrics=[foo:bar]"]))
-    validate(compose_config(["report.leaderboard.metrics=[acc:forget_train]"]))
+    assert leaderboard_problems(["acc:forget_train", "relearn_steps:forget_train", "ndcg@10", "anything"]) == []
+    problem, = leaderboard_problems(["acc:forget_train", ":forget_train", "acc:"])
+    assert problem == ("the 'report.leaderboard.metrics' option must name metrics as metric or metric:split (a "
+                       "recorded metric's name, then optionally one of its splits); got ':forget_train', 'acc:' "
+                       "instead")
+    with pytest.raises(UserError, match=r"^invalid config: the 'report.leaderboard.metrics' option must name"):
+        validate(compose_config(["report.leaderboard.metrics=[:bar]"]))
+    assert compose_config([]).report.leaderboard.metrics is None  # the declared ones
+    validate(compose_config(["report.leaderboard.metrics=[foo:bar]"]))
+    small_sweep(tmp_path / "sweep")
+    for named in (["delta_acc:forget_test", "weight_distance"], ["delta_acc:forget_test", "acc:forget_test"]):
+        with pytest.raises(UserError) as refused:  # no best value; a best value, but recorded by no result
+            build_report([tmp_path / "sweep"], tmp_path / "report", figures=False, leaderboard_metrics=named)
+        assert str(refused.value) == ("the 'report.leaderboard.metrics' option must name metrics with a best value "
+                                      f"(metric or metric:split of delta_acc); got {named[1]} instead")
+    assert not (tmp_path / "report").exists()
+
+
+def test_the_default_leaderboard_metrics_are_the_declared_ones_of_the_results(tmp_path):
+    """A schema-2 result declares Δacc D'_f a leaderboard metric under its own label; a schema-1 one is read with
+    the legacy catalogue, whose leaderboard has Δacc D'_f among others."""
+    declared = {"metrics": [{"name": "delta_acc", "label": "gap", "ideal": 0.0, "headline": ["forget_test"],
+                             "leaderboard": ["forget_test"]}], "splits": {"forget_test": "test"},
+                "gold_standards": ["retrain"]}
+    small_sweep(tmp_path / "new", declared)
+    small_sweep(tmp_path / "old")
+    for sweep in ("new", "old"):
+        report = build_report([tmp_path / sweep], tmp_path / sweep / "report", figures=False)
+        board, = report.study.leaderboard
+        assert {(row["metric"], row["split"]) for row in board.rows} == {METRIC}
+    new = (tmp_path / "new" / "report" / "report.md").read_text()
+    assert "| method | mean rank by gap test [95%] | P(best) |" in new
+    assert "| alpha | **0.105 ± 0.00707** | 2 | 2 |" in new and "| gap test | I | n |" in new

@@ -1,5 +1,6 @@
-"""The report's text-task additions: forget quality against one fixed retain model (the M_r of the smallest
-unlearning seed), rebuilt from per-example truth ratios, on a constructed sweep; `experiment=tofu_seeds`'s design."""
+"""The report's derived metrics on the text task's declaration: forget quality against one fixed retain model (the
+M_r of the smallest unlearning seed), rebuilt from per-example truth ratios by the report's generic code, on a
+constructed sweep, with the numbers of the task's own forget quality; `experiment=tofu_seeds`'s design."""
 
 from __future__ import annotations
 
@@ -9,9 +10,15 @@ import pytest
 from helpers import compose_config
 from scipy import stats
 
-from unlearnbench.report.compute.text_reference import FIRST, first_reference_records
+from unlearnbench.core.catalogue import CORE
+from unlearnbench.report.compute.derived import derived_records
+from unlearnbench.tasks.image.catalogue import CATALOGUE as IMAGE
+from unlearnbench.tasks.text.catalogue import CATALOGUE as TEXT
+from unlearnbench.tasks.text.metrics import forget_quality
 
 N = 12
+KEYS = ["dataset", "model", "scenario"]
+FIRST = "forget_quality_first"
 
 
 def job(folder, seed_train: int, seed_unlearn: int, ratios: dict, indices=range(N)) -> list[dict]:
@@ -33,7 +40,7 @@ def test_forget_quality_against_the_first_retain_model(tmp_path):
     rows = (job(tmp_path / "t1_u3", 1, 3, draw["a"]) + job(tmp_path / "t0_u1", 0, 1, draw["b"])
             + job(tmp_path / "t0_u2", 0, 2, draw["c"])
             + job(tmp_path / "other_set", 0, 0, draw["c"], indices=range(100, 100 + N)))  # another forget set
-    added = first_reference_records(pd.DataFrame(rows), ["dataset", "model", "scenario"])
+    added = derived_records(pd.DataFrame(rows), KEYS, TEXT + CORE)
     assert set(added["metric"]) == {FIRST} and len(added) == 8
     value = {(r.folder.rsplit("/", 1)[1], r.role): r.value for r in added.itertuples()}
     reference = draw["b"][("retrained", None)]  # smallest unlearning seed of the set (u1), not t1_u3
@@ -43,6 +50,8 @@ def test_forget_quality_against_the_first_retain_model(tmp_path):
             stats.ks_2samp(draw[key][("retrained", None)], reference).pvalue)
         assert value[(name, "unlearned")] == pytest.approx(
             stats.ks_2samp(draw[key][("unlearned", "npo")], reference).pvalue)
+        # the same number as the text task's own forget quality computes, to the last bit
+        assert value[(name, "unlearned")] == forget_quality(draw[key][("unlearned", "npo")], reference)
     assert value[("other_set", "retrained")] == 1.0  # its own set's first model: itself
 
 
@@ -50,7 +59,8 @@ def test_an_image_sweep_gets_no_such_records(tmp_path):
     rows = [{"dataset": "digits", "model": "resnet18", "scenario": "full_class", "target": "3", "role": "original",
              "method": None, "metric": "acc", "split": "forget_test", "value": 0.9, "status": "complete",
              "folder": str(tmp_path), "seed_train": 0, "seed_unlearn": 0}]
-    assert first_reference_records(pd.DataFrame(rows), ["dataset", "model", "scenario"]).empty
+    assert derived_records(pd.DataFrame(rows), KEYS, IMAGE + CORE).empty  # the image task derives nothing
+    assert derived_records(pd.DataFrame(rows), KEYS, TEXT + CORE).empty  # and its records are no text source
 
 
 def test_the_text_seed_study_nests_unlearning_seeds_and_holds_one_forget_set():

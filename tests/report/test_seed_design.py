@@ -10,11 +10,26 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from unlearnbench.report.compute.analysis import analyse
-from unlearnbench.report.compute.seed_design import costs, rank_stability, seed_plans, wilson
+from unlearnbench.report.compute.analysis import Caveat, analyse
+from unlearnbench.report.compute.seed_design import (
+    costs,
+    rank_label,
+    rank_stability,
+    ranked_metrics,
+    seed_plans,
+    wilson,
+)
 from unlearnbench.report.compute.stats import seed_plan
+from unlearnbench.report.read.catalogue import legacy_catalogue
+from unlearnbench.report.render.markdown import caveat_text
 
 KEYS = ["dataset", "model", "scenario"]
+LEGACY = legacy_catalogue()
+RANKED = [("delta_acc", "forget_test", 0.0)]
+
+
+def ranks_of(scores: dict[str, np.ndarray]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return rank_stability(analyse(frame(scores), LEGACY).values, KEYS, RANKED, LEGACY.gold_standards)
 
 
 def frame(scores: dict[str, np.ndarray], metric: str = "delta_acc", split: str = "forget_test",
@@ -38,7 +53,7 @@ def test_no_training_seed_effect_changes_no_ranking_beyond_ties():
     """σ_T² = 0 and σ_U² = 0: every training seed's scores are the method's; b and c tie for best."""
     grid = {"a": np.full((6, 3), 0.3), "b": np.full((6, 3), -0.1), "c": np.full((6, 3), 0.1),
             "retrain": np.zeros((6, 3))}  # the gold standard is never ranked
-    ranks, by_seed = rank_stability(analyse(frame(grid)).values, KEYS)
+    ranks, by_seed = ranks_of(grid)
     row = ranks.iloc[0]
     assert (row["I"], row["methods"], row["best_all"]) == (6, 3, "b, c")  # ranked by |Z|: |−0.1| = |0.1|
     assert row["p_best_changes"] == 0.0 and (row["tau_mean"], row["tau_min"]) == (1.0, 1.0)
@@ -51,7 +66,7 @@ def test_training_seeds_that_swap_the_best_method_are_counted():
     a = np.full((6, 2), 0.1)
     a[[1, 4]] = 0.3
     grid = {"a": a, "b": np.full((6, 2), 0.2), "c": np.full((6, 2), 0.9)}
-    ranks, by_seed = rank_stability(analyse(frame(grid)).values, KEYS)
+    ranks, by_seed = ranks_of(grid)
     row = ranks.iloc[0]
     assert row["p_best_changes"] == pytest.approx(2 / 6)
     assert list(by_seed[by_seed["best_changed"]]["seed_train"]) == [1, 4]
@@ -65,10 +80,31 @@ def test_single_design_averages_its_unlearning_seeds_and_the_others_exclude_the_
     """Seed 0's A(0) averages |Z| over its unlearning seeds (a: (0 + 1)/2 = 0.5 > b's 0.4); the other seeds make a
     best (0.1 against 0.4): seed 0 changes the best method, seeds 1 and 2 do not."""
     a = np.array([[0.0, 1.0], [0.1, 0.1], [0.1, 0.1]])
-    ranks, by_seed = rank_stability(analyse(frame({"a": a, "b": np.full((3, 2), 0.4)})).values, KEYS)
+    ranks, by_seed = ranks_of({"a": a, "b": np.full((3, 2), 0.4)})
     assert list(by_seed["best_changed"]) == [True, False, False]
     assert list(by_seed["best_single"]) == ["b", "a", "a"]
     assert ranks.iloc[0]["best_all"] == "a"  # (0.5 + 0.1 + 0.1)/3 < 0.4
+
+
+def test_the_ranked_metrics_are_the_declared_leaderboard_metrics_with_a_number_for_ideal():
+    """Those judged against M_r (model utility, NDCG@10) have no fixed ideal to rank one seed's values by."""
+    assert ranked_metrics(LEGACY) == [("delta_acc", "forget_train", 0.0), ("delta_acc", "forget_test", 0.0),
+                                      ("delta_acc", "retain_test", 0.0), ("delta_mia", "forget_train", 0.0),
+                                      ("forget_quality", "forget", 1.0), ("privleak", "forget", 0.0)]
+    assert rank_label("delta_acc", "forget_test", LEGACY) == "|Δacc D'_f|"
+    assert rank_label("forget_quality", "forget", LEGACY) == "|1 − FQ D_f|"
+
+
+def test_the_design_caveats_are_data_and_the_report_words_them():
+    """Three training seeds of one unlearning seed each: σ_T² barely identifiable, no single-seed design."""
+    study = analyse(frame({"a": np.arange(3.0)[:, None], "b": np.ones((3, 1))}), LEGACY)
+    assert study.warnings == [Caveat("few_training_seeds", {"below": 10, "seeds": [3]}), Caveat("one_unlearning_seed")]
+    assert [caveat_text(caveat) for caveat in study.warnings] == [
+        "fewer than 10 training seeds (I = 3): σ_T² is barely identifiable; its interval is wide",
+        "one unlearning seed per training seed (J = 1): only the total variance is identifiable and there is no "
+        "single-training-seed design to compare (no W2)"]
+    unbalanced = Caveat("unbalanced", {"rows": 2, "methods": ["a", "b"]})
+    assert caveat_text(unbalanced).startswith("unbalanced grid (2 rows; methods a, b): not every training seed")
 
 
 def test_wilson_interval():
@@ -105,7 +141,7 @@ def test_seed_plans_take_the_costs_from_the_sweep():
     """c_T: the median time to train M_o; c_U: the median of M_r's training time plus the method's time_s."""
     rng = np.random.default_rng(0)
     study = analyse(frame({"a": rng.normal(size=(5, 4)) * 0.01 + 0.1}, time_s=2.0, original_s=30.0,
-                          retrained_s=20.0))
+                          retrained_s=20.0), LEGACY)
     priced = costs(study.values, study.keys)
     assert (priced["cost_train_s"].iloc[0], priced["cost_unlearn_s"].iloc[0]) == (30.0, 22.0)
     plans = seed_plans(study.variance, study.values, study.keys, [("delta_acc", "forget_test")], target_se=0.004)

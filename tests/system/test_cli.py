@@ -94,9 +94,29 @@ def test_report_command_collects_every_record(sweep):
     assert list((tmp_path / "rebuilt").glob("figures/curves_*.png"))
 
 
+def test_report_command_refuses_a_leaderboard_metric_the_results_cannot_rank_by_in_one_line(sweep):
+    """The results' catalogue says which metrics have a best value: `layer_distance` has (0), `utilisation_pct`
+    (an image job's core cost) has none, `ndcg@10` is no image job's; nothing is written."""
+    tmp_path, *_ = sweep
+    for named, wrong in (("layer_distance,utilisation_pct", "utilisation_pct"), ("ndcg@10", "ndcg@10")):
+        run = run_cli([str(tmp_path / "sweep"), "--out", str(tmp_path / "refused"), "--leaderboard-metrics", named],
+                      tmp_path, program="unlearnbench-report")
+        assert run.returncode == 2 and "Traceback" not in run.stderr
+        line, = run.stderr.strip().splitlines()
+        assert line.startswith("unlearnbench-report: the '--leaderboard-metrics' option must name metrics with a "
+                               "best value (metric or metric:split of acc, ")
+        assert line.endswith(f"); got {wrong} instead") and ", delta_acc, " in line and ", layer_distance" in line
+    assert not (tmp_path / "refused").exists()
+    run = run_cli([str(tmp_path / "sweep"), "--out", str(tmp_path / "ranked"), "--leaderboard-metrics",
+                   "layer_distance", "--no-figures"], tmp_path, program="unlearnbench-report")
+    assert run.returncode == 0, run.stderr
+    assert pd.read_csv(tmp_path / "ranked" / "leaderboard.csv").empty  # finetune alone beside the gold standard
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["scenario.targets=[cat]"], "unknown class 'cat' for dataset digits; valid: 0, 1, 2"),
-    (["scenario=random_sample", "scenario.targets=[1.5]"], "fraction 1.5 is outside (0, 1)"),
+    (["scenario=random_sample", "scenario.targets=[1.5]"],
+     "the 'targets' option of scenario random_sample must be fractions in (0, 1); got 1.5 instead"),
     (["dataset=cifar10"], "cifar-10-batches-py/data_batch_1"),
     (["+method=nope"], "Could not find 'method/nope'"),
     (["seeds.trian=1"], "Key 'trian' not in 'Seeds'"),

@@ -1,6 +1,6 @@
 """The Extending page's worked example, run as a user runs it: the files of docs/examples/extending/ (a method, a
-dataset and a scenario in the user's own package, each with its YAML in the user's config folder) copied into a
-folder outside the repository, and the page's commands run there through the console script."""
+dataset, a scenario and a metric in the user's own package, each with its YAML in the user's config folder) copied
+into a folder outside the repository, and the page's commands run there through the console script."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ pytestmark = pytest.mark.processes  # every test here starts processes: the cons
 EXAMPLE = REPO / "docs" / "examples" / "extending"
 BIN = Path(sys.executable).parent
 TOGETHER = ["--config-dir", "conf", "+method=noisy", "dataset=npz_digits", "scenario=class_sample",
-            "scenario.targets=[3]", "runtime.threads=1"]
+            "scenario.targets=[3]", "+metric=margin", "runtime.threads=1"]
+SPLITS = ("forget_train", "retain_train", "forget_test", "retain_test")
 
 
 def environment(pythonpath: bool) -> dict:
@@ -63,7 +64,7 @@ def together(project) -> tuple[subprocess.CompletedProcess, dict, pd.DataFrame]:
     return run, json.loads(path.read_text()), pd.read_parquet(path.parent / "examples.parquet")
 
 
-def test_method_dataset_and_scenario_of_ones_own_run_together(project, together):
+def test_method_dataset_scenario_and_metric_of_ones_own_run_together(project, together):
     run, result, examples = together
     assert run.returncode == 0, run.stderr
     assert result["status"] == "complete" and not result["failures"]
@@ -82,6 +83,46 @@ def test_method_dataset_and_scenario_of_ones_own_run_together(project, together)
     values = [r["value"] for r in result["records"] if r["method"] == "noisy" and r["metric"] == "acc"]
     assert values and all(0 <= v <= 1 for v in values)
     assert [c["model"] for c in result["curves"] if c["method"] == "noisy"] == ["unlearned"]  # its training curve
+
+
+def test_a_metric_of_ones_own_is_recorded_declared_and_ranked(project, together, tmp_path, monkeypatch):
+    """The margin metric: its function (checked on logits worked out by hand), its records for every model on every
+    split, its declaration in result.json, its label and best value in the report, and the leaderboard naming it."""
+    monkeypatch.syspath_prepend(str(project))
+    import torch
+    from mypkg.margin import Margin
+
+    from unlearnbench.core.catalogue import RETRAINED
+    from unlearnbench.report.build import build_report
+
+    logits = torch.tensor([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0]])
+    assert Margin()(logits, torch.tensor([0, 2])) == pytest.approx(((2 - 1) + (1 - 3)) / 2)
+    assert math.isnan(Margin()(logits[:0], torch.tensor([], dtype=torch.long)))
+    _, result, _ = together
+    margins = {(r["role"], r["split"]): r["value"] for r in result["records"] if r["metric"] == "margin"}
+    assert set(margins) == {(role, split) for role in ("original", "retrained", "unlearned") for split in SPLITS}
+    assert all(math.isfinite(value) for value in margins.values())
+    (declared,) = [m for m in result["catalogue"]["metrics"] if m["name"] == "margin"]
+    assert (declared["label"], declared["ideal"], declared["headline"]) == ("margin", RETRAINED, ["forget_train"])
+    other = unlearnbench(project, [*(a for a in TOGETHER if a != "+method=noisy"), "+method=finetune",
+                                   "hydra.sweep.dir=finetune"])  # a second method to rank (M_o, M_r cached)
+    assert other.returncode == 0, other.stderr
+    report = build_report([project / "sweep", project / "finetune"], tmp_path / "report", figures=False,
+                          leaderboard_metrics=["margin:forget_train"])
+    board = pd.read_csv(tmp_path / "report" / "leaderboard.csv")
+    assert set(board["metric"]) == {"margin"} and set(board["method"]) == {"noisy", "finetune"}
+    summary = report.study.summary
+    row = summary[(summary["metric"] == "margin") & (summary["split"] == "forget_train")]
+    assert set(row["role"]) == {"original", "retrained", "unlearned"}
+    assert "margin D_f" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_metric_of_another_task_is_refused_in_one_line(project):
+    run = unlearnbench(project, ["--config-dir", "conf", "experiment=tofu", "+method=grad_ascent", "+metric=margin",
+                                 "hydra.sweep.dir=othertask"])
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert ("the 'evaluation.metrics.margin' option of dataset fictitious must be a metric of the text task; got "
+            "mypkg.margin.Margin, a metric of the image_classification task instead") in run.stderr
 
 
 def test_the_forget_set_is_drawn_from_the_seed(project, together):
@@ -129,4 +170,5 @@ def test_the_projects_pyproject_builds_a_wheel_holding_the_package(project, tmp_
     assert built.returncode == 0, built.stderr
     (wheel,) = tmp_path.glob("mypkg-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"mypkg/__init__.py", "mypkg/noisy.py", "mypkg/npz_images.py", "mypkg/class_sample.py"} <= names
+    assert {"mypkg/__init__.py", "mypkg/noisy.py", "mypkg/npz_images.py", "mypkg/class_sample.py",
+            "mypkg/margin.py"} <= names

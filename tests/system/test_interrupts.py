@@ -137,7 +137,7 @@ def test_an_interrupt_at_a_random_moment_exits_130_in_one_line(calibrated, trial
 
 PARENT = """
 import json, os, signal, sys, time
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{here!r}, {tests!r}]  # this module and the helpers it imports
 from test_interrupts import start, results, assert_stopped_in_one_line, wait_for
 from pathlib import Path
 
@@ -165,7 +165,8 @@ def test_the_interrupt_cases_pass_from_a_parent_that_ignores_sigint(tmp_path):
     """As when the suite runs as `make test &`: a background job of a non-interactive shell ignores SIGINT, and its
     children inherit that. The interrupt tests give the sweep Python's default SIGINT all the same; the console
     script itself keeps an ignored SIGINT ignored, and stops on SIGTERM."""
-    script = PARENT.format(tests=str(REPO / "tests"), root=str(tmp_path), tiny=TINY)
+    script = PARENT.format(here=str(Path(__file__).parent), tests=str(REPO / "tests"), root=str(tmp_path),
+                           tiny=TINY)
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert run.returncode == 0, run.stderr[-3000:]

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from helpers import TINY, image_methods, mounted_tmpfs, plain_config, results, run_cli, values
 
-from unlearnbench.core.job import JobPlan, execute, json_safe, publish
+from unlearnbench.core.job import JobPlan, execute
+from unlearnbench.core.result import json_safe, publish
 
 TESTS = Path(__file__).resolve().parent.parent
 FAULTY = {"crashing": "faulty.Crashing", "exploding": "faulty.Exploding"}

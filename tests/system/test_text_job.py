@@ -17,10 +17,9 @@ import pytest
 from helpers import REPO, plain_config, run_cli
 from lightning_fabric import Fabric
 
-from unlearnbench.core.job import JobPlan
+from unlearnbench.core.job import JobPlan, execute
 from unlearnbench.tasks.text import metrics
 from unlearnbench.tasks.text.evaluate import TEXT_COLUMNS
-from unlearnbench.tasks.text.job import execute
 
 pytestmark = pytest.mark.processes
 
@@ -118,7 +117,7 @@ def test_the_console_script_prints_the_table_and_reproduces_the_sweeps_numbers(f
     run = run_cli(["experiment=tofu", "+method=grad_ascent", f"paths.cache_dir={shared_cache}"], tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     header = next(line for line in run.stdout.splitlines() if line.startswith("target forget10"))
-    assert header.split()[2:5] == ["FQ", "MU", "prob"]
+    assert header.split()[2:7] == ["FQ", "D_f", "MU", "prob", "D_f"]
     again = json.loads(next((tmp_path / "sweep").glob("*/result.json")).read_text())
     mine = {(r["metric"], r["split"]): r["value"] for r in again["records"] if r["method"] == "grad_ascent"
             and r["metric"] not in ("time_s", "memory_gib", "utilisation_pct")}

@@ -14,10 +14,9 @@ from helpers import plain_config, run_cli
 from lightning_fabric import Fabric
 from tiny import tiny_setting
 
-from unlearnbench.core.job import JobPlan
+from unlearnbench.core.job import JobPlan, execute
+from unlearnbench.core.relearn import Measurement, relearn
 from unlearnbench.runtime.train import NonFiniteStep
-from unlearnbench.tasks.image.metrics.relearn import Measurement, relearn
-from unlearnbench.tasks.text.job import execute
 from unlearnbench.tasks.text.train import adamw, step
 
 COST = ("time_s", "memory_gib", "utilisation_pct")  # a cost record per metric, in this order

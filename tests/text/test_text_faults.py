@@ -1,6 +1,6 @@
 """The text task on bad input (issue 40): each case is one line that says what is wrong and what is valid, no
 traceback, a failed job, and where the input can be judged before training, nothing trained (an empty cache). The
-jobs run in this process (`text.job.execute`) on the built-in data or on TOFU files fabricated here; the report
+jobs run in this process (`core.job.execute`) on the built-in data or on TOFU files fabricated here; the report
 command runs in this process too."""
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from omegaconf import OmegaConf
 
 from unlearnbench import cli
 from unlearnbench.core.components import target_of, type_problems
-from unlearnbench.core.job import JobPlan
-from unlearnbench.tasks.text.job import execute
+from unlearnbench.core.job import JobPlan, execute
 
 PER_AUTHOR = 20
 

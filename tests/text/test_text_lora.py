@@ -10,8 +10,8 @@ from lightning_fabric import Fabric
 from safetensors.torch import load_file
 
 from unlearnbench.core.errors import UserError
-from unlearnbench.core.job import JobPlan
-from unlearnbench.tasks.text.job import TextBench, execute
+from unlearnbench.core.job import JobPlan, execute
+from unlearnbench.tasks.text.job import TextBench
 from unlearnbench.tasks.text.model import CausalLM
 
 LORA = ["experiment=tofu", "model.lora.enabled=true", "train.epochs=2", "dataset.entities=6", "dataset.general=4"]

@@ -13,8 +13,7 @@ from helpers import assert_relearn_records, plain_config, relearnt
 from lightning_fabric import Fabric
 
 from unlearnbench.core.errors import UserError
-from unlearnbench.core.job import JobPlan
-from unlearnbench.tasks.text.job import execute
+from unlearnbench.core.job import JobPlan, execute
 from unlearnbench.tasks.text.relearn import relearn_records
 
 METHODS = ["grad_ascent", "text_retrain"]

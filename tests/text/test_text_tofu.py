@@ -269,7 +269,7 @@ def test_the_config_composes_and_builds_a_reader(tmp_path, monkeypatch):
     dataset = OmegaConf.to_container(cfg.dataset, resolve=True)
     assert dataset == {"_target_": "unlearnbench.tasks.text.tofu.Tofu", "name": "tofu", "root": "/data/tofu",
                        "hf_cache": None}
-    assert (cfg.task.name, cfg.task.runner) == ("text", "unlearnbench.tasks.text.job.execute")
+    assert (cfg.task.name, cfg.task.bench) == ("text", "unlearnbench.tasks.text.job.TextBench")
     monkeypatch.setenv("UNLEARNBENCH_TOFU_DIR", str(json_folder(tmp_path / "mine")))
     dataset = OmegaConf.to_container(compose_config(["dataset=tofu", "paths.data_dir=/data"]).dataset, resolve=True)
     assert dataset["root"] == str(tmp_path / "mine")
@@ -281,8 +281,7 @@ def test_a_text_job_runs_on_tofus_files(tmp_path):
     split's records (TOFU's recipe, 1 epoch here: what is checked is that each piece of TOFU reaches the job)."""
     from lightning_fabric import Fabric
 
-    from unlearnbench.core.job import JobPlan
-    from unlearnbench.tasks.text.job import execute
+    from unlearnbench.core.job import JobPlan, execute
 
     root = json_folder(tmp_path / "tofu")
     config = OmegaConf.to_container(compose_config(

@@ -141,6 +141,9 @@ class Evaluation:
     examples: bool = True  # write examples.parquet (per-example outputs for the forgetting-quality scores)
     examples_per_split: int = ranged(1000, AT_LEAST_0)  # of D_r and of D'_r (D_f is always whole)
     relearn: Relearn = field(default_factory=Relearn)  # relearn time, opt-in (`evaluation.relearn.enabled=true`)
+    # Metrics added to the task's own (`+metric=NAME`, conf/metric/): slot → a component of the job's task
+    # (docs/extending.md, "A metric"); each declares its name, label and ideal beside its function.
+    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -162,10 +165,11 @@ class Runtime:
 
 @dataclass
 class Task:
-    """What kind of experiment the dataset poses, and the function that runs one job of it."""
+    """What kind of experiment the dataset poses, and the bench whose steps the job loop runs (core/bench.py)."""
 
     name: str = "image_classification"
-    runner: str = "unlearnbench.core.job.execute"
+    bench: str = "unlearnbench.tasks.image.bench.Workbench"  # its `Bench`, a dotted path located by the job loop
+    catalogue: str = "unlearnbench.tasks.image.catalogue.CATALOGUE"  # its metrics' declarations (core/catalogue.py)
 
 
 @dataclass
@@ -200,18 +204,13 @@ class Precision:
     hint: str | None = None  # what to use instead on hardware that cannot run it
 
 
-# The leaderboard's metrics (`metric:split`, or `metric` without a split): per task, those a configuration records:
-# image |Δacc| on D_f, D'_f, D'_r and |ΔMIA|; ranking NDCG@10 against M_r; text forget quality, model utility
-# against M_r and privleak (docs/comparing.md).
-LEADERBOARD_METRICS = ("delta_acc:forget_train", "delta_acc:forget_test", "delta_acc:retain_test",
-                       "delta_mia:forget_train", "ndcg@10", "forget_quality:forget", "model_utility", "privleak:forget")
-
-
 @dataclass
 class Leaderboard:
-    """The report's leaderboard: the metrics of its aggregate rank, and the bootstrap's resamples."""
+    """The report's leaderboard: the metrics of its aggregate rank (`metric:split`, or `metric` without a split;
+    None: the leaderboard metrics the results' tasks declare, docs/comparing.md), and the bootstrap's resamples.
+    Whether a named metric has a best value is the report's to check: only the results declare it."""
 
-    metrics: list[str] = field(default_factory=lambda: list(LEADERBOARD_METRICS))
+    metrics: list[str] | None = None
     resamples: int = ranged(1000, AT_LEAST_1)  # bootstrap resamples of the training seeds (rank intervals, P(best))
 
 
@@ -280,16 +279,13 @@ def validate(cfg: DictConfig) -> None:
 
 
 def leaderboard_problems(names: Any) -> list[str]:
-    """`report.leaderboard.metrics` entries the leaderboard cannot rank by: a metric without a best value."""
-    from unlearnbench.report.compute.analysis import ideal
-
-    bad = [str(n) for n in names or () if ideal(str(n).split(":", 1)[0]) is None]
+    """`report.leaderboard.metrics` entries that are not `metric` or `metric:split` (a syntax check: which metrics
+    have a best value only the results' catalogue says, when the report is built)."""
+    bad = [str(n) for n in names or () if not str(n).split(":", 1)[0].strip() or str(n).endswith(":")]
     if not bad:
         return []
-    return [f"report.leaderboard.metrics has {', '.join(bad)}, which have no best value to rank by; valid: "
-            f"metric or metric:split of a metric the report marks best (deltas, distances, acc, loss, mia, "
-            f"completeness, tow, ndcg@10, forget_quality, model_utility, privleak, ...), e.g. "
-            f"{','.join(LEADERBOARD_METRICS[:2])}"]
+    return [f"the 'report.leaderboard.metrics' option must name metrics as metric or metric:split (a recorded "
+            f"metric's name, then optionally one of its splits); got {', '.join(map(repr, bad))} instead"]
 
 
 def range_problems(node: Any, schema: type, prefix: str) -> list[str]:

@@ -18,3 +18,8 @@ class FileOnly:
 
 
 FILE_ONLY = {"file_only": True}
+
+
+def invalid(option: str, owner: str, valid: str, got: object) -> UserError:
+    """Bad input in scikit-learn's words: "the 'x' option of Y must be …; got … instead"."""
+    return UserError(f"the {option!r} option of {owner} must be {valid}; got {got} instead")

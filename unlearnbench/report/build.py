@@ -1,8 +1,9 @@
 """`unlearnbench-report DIR…` and the end-of-sweep callback share this: collect, analyse, write `DIR/report/`.
 
     results.parquet, results.csv   every record of every job (tidy), the job's fields and status as columns; the
-                                   statistics below also carry the text task's forget quality against one fixed
-                                   retain model (`forget_quality_first`, text_reference.py)
+                                   statistics below also carry the metrics the results' catalogue derives across
+                                   jobs (e.g. the text task's forget quality against one fixed retain model,
+                                   derived.py)
     summary.csv                    mean, std, n per configuration × target × role × method × metric × split (× round)
     table.csv                      mean ± std across training seeds (per-seed means first), the report's tables
     seed_variance.csv              σ_T², σ_U² with intervals, ICC, I, J, the per-seed variances' range and their
@@ -13,9 +14,10 @@
     rank_stability.csv             how often one training seed's best method differs from the other seeds' best
     rank_stability_by_seed.csv     both rankings' best methods and Kendall's τ for every training seed
     seed_plan.csv                  the cheapest (I, J) reaching `target_se` per method and main metric
-    leaderboard.csv                per configuration, each metric of `report.leaderboard.metrics` and their mean
-                                   rank: every method's mean rank over the blocks (target, training seed), its
-                                   bootstrap 95% interval and P(best), Friedman's p (leaderboard.py)
+    leaderboard.csv                per configuration, each metric of `report.leaderboard.metrics` (by default the
+                                   catalogue's declared ones) and their mean rank: every method's mean rank over
+                                   the blocks (target, training seed), its bootstrap 95% interval and P(best),
+                                   Friedman's p (leaderboard.py)
     leaderboard_pairs.csv          every pair of methods: Wilcoxon signed-rank p, Holm-adjusted, and the verdict
     forget_quality.csv             per pool of models (A(i), B) and method: the NeurIPS 2023 competition's forgetting
                                    quality F with N, the ε cap and F's permutation null, the final score, LiRA, and
@@ -27,9 +29,10 @@
     report.md                      the tables in Markdown, warnings, figures, failed jobs and methods
     figures/*.png
 
-Every file is written whole or not at all (a temporary file renamed into place): a crash or a full disk leaves the
-previous version or none, never a part. A file that cannot be written stops the build with one `WriteError` line
-naming it and the reason.
+What the report knows of each metric (label, best value, gold standards, headline, leaderboard and figure metrics)
+is read from the results themselves (`read/catalogue.py`). Every file is written whole or not at all (a temporary
+file renamed into place): a crash or a full disk leaves the previous version or none, never a part. A file that
+cannot be written stops the build with one `WriteError` line naming it and the reason.
 """
 
 from __future__ import annotations
@@ -43,14 +46,13 @@ import pandas as pd
 from unlearnbench.core.files import atomic_path, make_folder
 from unlearnbench.report.compute import stats
 from unlearnbench.report.compute.analysis import CONFIG, OPTIONAL_CONFIG, Study, analyse
+from unlearnbench.report.compute.derived import derived_records
 from unlearnbench.report.compute.forget_quality import FORGET_PERMUTATIONS, forget_quality, load_examples
-from unlearnbench.report.compute.leaderboard import LEADERBOARD_METRICS, RESAMPLES, leaderboards, parse_metrics
+from unlearnbench.report.compute.leaderboard import RESAMPLES, chosen_metrics, leaderboards
 from unlearnbench.report.compute.leaderboard import tables as leaderboard_tables
 from unlearnbench.report.compute.seed_design import TARGET_SE, extend
-from unlearnbench.report.compute.text_reference import first_reference_records
-from unlearnbench.report.read.collect import load_results, mixed_numerics, read_warnings
+from unlearnbench.report.read.collect import catalogue_of, load_results, mixed_numerics, read_warnings
 from unlearnbench.report.read.curves import curve_table
-from unlearnbench.report.render.console import MAIN
 
 
 @dataclass
@@ -83,26 +85,32 @@ def write(path: Path, writer: Callable[[Path], object]) -> Path:
 def build_report(folders: list[Path], out: Path, figures: bool = True,
                  permutations: int = stats.NULL_PERMUTATIONS, target_se: float = TARGET_SE,
                  forget_permutations: int = FORGET_PERMUTATIONS,
-                 leaderboard_metrics: Sequence[str] = LEADERBOARD_METRICS, resamples: int = RESAMPLES) -> Report:
+                 leaderboard_metrics: Sequence[str] | None = None, resamples: int = RESAMPLES) -> Report:
     """Build the report of the `result.json` files under `folders` into `out`; the jobs that did not complete (and
     the files that are not results) are listed in its failed section and returned in `Report.failed`.
+    `leaderboard_metrics` (`metric:split` or `metric`): None for the declared leaderboard metrics of the results.
 
-    Raises `WriteError` (an `OSError`; its message: `cannot write <file>: <reason>`) when a report file cannot be
-    written; no partial or temporary file is left behind."""
-    from unlearnbench.report.render.markdown import render
+    Raises `UserError` (one line) before writing anything when a leaderboard metric has no best value or is not
+    recorded, and `WriteError` (an `OSError`; its message: `cannot write <file>: <reason>`) when a report file
+    cannot be written; no partial or temporary file is left behind."""
+    from unlearnbench.report.render.markdown import caveat_text, render
 
     frame, jobs = load_results(folders)
+    catalogue = catalogue_of(jobs)
     examples = load_examples(jobs, frame)  # a damaged examples.parquet makes its job failed
     failed = [job for job in jobs if job["status"] != "complete"]
+    configuration = [c for c in (*CONFIG, *OPTIONAL_CONFIG) if c in frame]
+    derived = derived_records(frame, configuration, catalogue)
+    ranked_by = chosen_metrics(leaderboard_metrics, catalogue, set(pd.concat([frame, derived])["metric"].dropna()))
     make_folder(out)
     write(out / "results.csv", lambda path: frame.to_csv(path, index=False))
     write(out / "results.parquet", lambda path: _parquet_safe(frame).to_parquet(path, index=False))
-    configuration = [c for c in (*CONFIG, *OPTIONAL_CONFIG) if c in frame]
-    frame = pd.concat([frame, first_reference_records(frame, configuration)], ignore_index=True)
-    study = extend(analyse(frame, permutations), [(m, s) for _, m, s in MAIN], target_se)
-    study.forgetting = forget_quality(jobs, examples, frame, study.keys, forget_permutations)
+    frame = pd.concat([frame, derived], ignore_index=True)
+    study = extend(analyse(frame, catalogue, permutations), target_se)
+    study.forgetting = forget_quality(jobs, examples, frame, study.keys, forget_permutations,
+                                      catalogue.gold_standards)
     study.curves, curve_warnings = curve_table(jobs, study.keys)
-    study.leaderboard = leaderboards(study.values, study.keys, parse_metrics(leaderboard_metrics), resamples)
+    study.leaderboard = leaderboards(study.values, study.keys, ranked_by, catalogue, resamples)
     ranked, pairs = leaderboard_tables(study.leaderboard, study.keys)
     for name, table in (("summary", study.summary), ("table", study.table), ("seed_variance", study.variance),
                         ("seed_variance_by_seed", study.variance_by_seed), ("wasserstein", study.wasserstein),
@@ -113,7 +121,8 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
                         ("forget_quality_across_seeds", study.forgetting.across), ("curves", study.curves),
                         ("leaderboard", ranked), ("leaderboard_pairs", pairs)):
         write(out / f"{name}.csv", lambda path, table=table: table.to_csv(path, index=False))
-    warnings = [*study.warnings, *read_warnings(jobs), *study.forgetting.left_out, *curve_warnings]
+    warnings = [*map(caveat_text, study.warnings), *read_warnings(jobs), *study.forgetting.left_out,
+                *curve_warnings]
     mixed = mixed_numerics(jobs)
     if mixed:
         warnings.append(mixed)

@@ -18,6 +18,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from unlearnbench.core.errors import UserError
 from unlearnbench.core.files import WriteError
 from unlearnbench.report.build import build_report, failure_lines, method_failure_lines
 from unlearnbench.report.read.collect import failed_methods
@@ -43,9 +44,10 @@ def report(folder: Path, config: DictConfig) -> None:
         with interrupt.immediately():  # it reads the files on disk and writes each of its own whole
             built = build_report([folder], folder / "report", figures=config.report.figures,
                                  target_se=config.report.target_se, forget_permutations=config.report.permutations,
-                                 leaderboard_metrics=list(config.report.leaderboard.metrics),
+                                 leaderboard_metrics=leaderboard_metrics(config),
                                  resamples=config.report.leaderboard.resamples)
-    except WriteError as error:  # a full disk or a read-only folder: one line, the results stay on disk
+    except (WriteError, UserError) as error:  # a full disk, a read-only folder, an unrankable leaderboard metric:
+        # one line, the results stay on disk
         announce([{"folder": str(folder / "report"), "error": f"the report was not written: {error}"}], 1)
         return
     except Exception as error:
@@ -58,12 +60,16 @@ def report(folder: Path, config: DictConfig) -> None:
     print(f"report: {folder / 'report'}")
 
 
+def leaderboard_metrics(config: DictConfig) -> list[str] | None:
+    """`report.leaderboard.metrics` as a list, None (the declared ones) where it is not set."""
+    names = config.report.leaderboard.metrics
+    return None if names is None else list(names)
+
+
 def check_methods(config: DictConfig) -> None:
     """`methods=[…]` names method configs and is not combined with `+method` (which task serves each is checked by
     the job)."""
     from hydra.core.global_hydra import GlobalHydra
-
-    from unlearnbench.core.errors import UserError
 
     names = config.get("methods")
     if names is None:
@@ -97,7 +103,6 @@ class ReportCallback(Callback):
 
         from unlearnbench.core.components import build
         from unlearnbench.core.config import validate
-        from unlearnbench.core.errors import UserError
 
         try:
             validate(config)

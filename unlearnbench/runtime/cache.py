@@ -34,6 +34,7 @@ from lightning_fabric import Fabric
 from safetensors.torch import load_file, save_file
 
 from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.progress import Stage
 
 log = logging.getLogger(__name__)
 
@@ -266,3 +267,23 @@ class ModelCache:
                     meta = self.publish(key, state, meta)
                 return Entry(key, state, meta, hit=False)
         return found if leader else self.read(key, accept)
+
+
+@dataclass
+class Provided:
+    """A cached artefact as a job uses it: the entry, and the job's record of it (result.json's `cache`)."""
+
+    entry: Entry
+    record: dict  # key, hit, and the training time of the run that built it ("train_s", from its meta)
+
+
+def cached_or_trained(cache: ModelCache, key: str, train: Callable[[], tuple[dict[str, torch.Tensor], dict]],
+                      stage: contextlib.AbstractContextManager[Stage], trained: Callable[[dict], str],
+                      group: Fabric | None = None, accept: Callable[[Entry], bool] | None = None) -> Provided:
+    """The one way a job gets a model it trains (M_o, M_r; the ranking task's federation): the entry under `key`
+    from the cache, or built by `train()` and published there (`ModelCache.get_or_build`), inside the job's `stage`,
+    whose end line says where it came from: "from the cache", or `trained(meta)` (e.g. "trained, 8 epochs")."""
+    with stage as current:
+        entry = cache.get_or_build(key, train, group=group, accept=accept)
+        current.note("from the cache" if entry.hit else trained(entry.meta))
+    return Provided(entry, {"key": key, "hit": entry.hit, "train_s": entry.meta.get("train_s")})

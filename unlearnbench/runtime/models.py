@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -13,9 +14,9 @@ from lightning_fabric.wrappers import is_wrapped
 from torch import Tensor, nn
 
 from unlearnbench import __version__
-from unlearnbench.runtime.cache import Entry, ModelCache, cache_key, tensor_digest
+from unlearnbench.runtime.cache import Entry, ModelCache, cache_key, cached_or_trained, tensor_digest
 from unlearnbench.runtime.monitor import Cost, CostMonitor
-from unlearnbench.runtime.progress import training
+from unlearnbench.runtime.progress import Stage, training
 from unlearnbench.runtime.seeding import global_seed, streams
 from unlearnbench.runtime.train import train_recipe
 from unlearnbench.tasks.image.data.base import Subset
@@ -60,6 +61,14 @@ def on_cpu(state: dict[str, Tensor]) -> dict[str, Tensor]:
 def training_channels_last(device_type: str, configured: bool | None) -> bool:
     """The models' memory layout: `runtime.channels_last`, or when null on for CUDA only (config.Runtime says why)."""
     return configured if configured is not None else device_type == "cuda"
+
+
+def trained_from_scratch(meta: dict) -> str:
+    """How a model the cache did not hold was trained, for its stage's end line."""
+    curve = meta.get("curve") or {}
+    accuracy = (curve.get("train_acc") or [None])[-1]
+    return f"trained, {len(curve.get('epoch') or [])} epochs" + (
+        f", final training accuracy {accuracy:.1%}" if accuracy is not None else "")
 
 
 class ModelStore:
@@ -113,12 +122,14 @@ class ModelStore:
     def parameters_of(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
         return {name: state[name] for name in self.parameter_names}
 
-    def trained(self, subset: Subset, stage: str, seed: int, title: str | None = None) -> Trained:
+    def trained(self, subset: Subset, stage: str, seed: int, title: str | None = None,
+                within: AbstractContextManager[Stage] | None = None) -> Trained:
         """The model trained from scratch on `subset` with the recipe and `seed`, from the cache when it is there.
 
         `stage` ('original' or 'retrained') names the seed stream: M_o draws from the training seed, M_r from the
         unlearning seed. `title` names the training in the job's log (one line per epoch); its curve is kept in the
-        cache entry's metadata, so that a model from the cache still has it.
+        cache entry's metadata, so that a model from the cache still has it. `within` is the job's stage it runs in
+        (timed; its end line says where the model came from), none where None.
         """
         indices = torch.sort(subset.indices.cpu()).values
         key = cache_key({**self.identity, "pool": subset.pool, "indices": tensor_digest(indices),
@@ -133,12 +144,11 @@ class ModelStore:
                     "seed": seed, "samples": len(subset), "curve": run.curve}
             return full_state_dict(self.fabric, model), meta
 
-        entry = self.cache.get_or_build(key, train, group=self.group, accept=self.fits)
-        meta = entry.meta
+        provided = cached_or_trained(self.cache, key, train, within or nullcontext(Stage()), trained_from_scratch,
+                                     group=self.group, accept=self.fits)
+        state, meta = provided.entry.state, provided.entry.meta
         cost = Cost(meta.get("time_s"), meta.get("memory_gib"), meta.get("utilisation_pct"))
-        module = self.fabric.setup_module(self.load(entry.state))
-        return Trained(module, entry.state, cost, {"key": key, "hit": entry.hit, "train_s": meta.get("train_s")},
-                       meta.get("curve"))
+        return Trained(self.fabric.setup_module(self.load(state)), state, cost, provided.record, meta.get("curve"))
 
     @property
     def group(self) -> Fabric | None:

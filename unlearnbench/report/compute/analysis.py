@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.report.compute import stats
 
 CONFIG = ["dataset", "model", "scenario"]
@@ -33,49 +34,18 @@ ROW = ["target", "role", "method", "metric", "split"]
 SEEDS = ["seed_train", "seed_unlearn", "seed_eval"]
 COSTS = ["cost_original_s", "cost_retrained_s"]  # the job's training times (`collect.training_times`)
 ROLE_ORDER = {"original": 0, "retrained": 1, "unlearned": 2}
-# M_u = M_r by construction: never marked best, the reference instead
-GOLD_STANDARDS = {"retrain", "fed_retrain", "text_retrain"}
-
-SPLIT_NAMES = {"forget_train": "D_f", "retain_train": "D_r", "forget_test": "D'_f", "retain_test": "D'_r", "": "",
-               "forget": "D_f", "retain": "D_r", "holdout": "holdout", "general_authors": "ra", "general_facts": "wf"}
-METRIC_NAMES = {"delta_acc": "Δacc", "delta_loss": "Δloss", "delta_mia": "ΔMIA", "activation_distance": "act.dist",
-                "js_divergence": "JS", "layer_distance": "layer dist", "time_s": "time s", "memory_gib": "memory GiB",
-                "utilisation_pct": "util. %", "completeness": "completeness", "forget_quality": "FQ",
-                "model_utility": "MU", "forget_quality_first": "FQ first M_r", "rouge_l_recall": "ROUGE",
-                "truth_ratio": "TR", "extraction_strength": "ES",
-                "exact_memorization": "EM", "mia_min_k_auc": "MinK AUC", "relearn_steps": "relearn steps",
-                "relearn_acc": "relearn acc"}
-TEXT_LIKE_RETRAINED = {"prob", "truth_ratio", "rouge_l_recall", "extraction_strength", "exact_memorization",
-                       "model_utility", "mia_loss_auc", "mia_zlib_auc", "mia_min_k_auc", "mia_min_k_pp_auc"}
-DISTANCES = {"layer_distance", "activation_distance", "js_divergence"}
 
 
-def label(metric: str, split: str) -> str:
-    name = METRIC_NAMES.get(metric, metric)
-    return f"{name} {SPLIT_NAMES.get(split, split)}".strip()
+@dataclass(frozen=True)
+class Caveat:
+    """A fact about the sweep's design that limits what its statistics can say: its `kind` and its numbers and
+    names. Data, not a sentence: `render/markdown.CAVEAT_TEXT` words each kind."""
+
+    kind: str
+    details: dict = field(default_factory=dict)
 
 
-def ideal(metric: str) -> float | str | None:
-    """What the best value of a metric is: a number (closest wins), "retrained" (closest to M_r's mean wins), or
-    None (no best: not marked). Deltas and distances: 0; completeness and tow: 1; mia_loss: 0.5 (docs/metrics.md);
-    cost: 0 (lowest); acc, loss and mia of M_u, the ranking task's NDCG and the text task's likelihoods, ROUGE, utility
-    and MIA AUCs, and relearn time's steps and accuracy: closest to the retrained model; the text task's forget
-    quality 1 and privleak 0."""
-    if metric.startswith("delta_") or metric in DISTANCES or metric in ("time_s", "memory_gib"):
-        return 0.0
-    if metric in ("completeness", "tow"):
-        return 1.0
-    if metric == "mia_loss":
-        return 0.5
-    if metric in ("acc", "loss", "mia", "ndcg@10", "online_ndcg") or metric in TEXT_LIKE_RETRAINED:
-        return "retrained"
-    if metric in ("relearn_steps", "relearn_acc"):  # relearn time (docs/metrics.md): as fast as M_r, no faster
-        return "retrained"
-    if metric in ("forget_quality", "forget_quality_first"):  # the text task's KS p-value: 1 is indistinguishable
-        return 1.0
-    if metric == "privleak":
-        return 0.0
-    return None
+NO_W2 = {"one_unlearning_seed", "one_training_seed", "no_w2"}  # the caveats that also say there is no W2
 
 
 def matching(frame: pd.DataFrame, select: dict) -> pd.DataFrame:
@@ -91,7 +61,8 @@ def matching(frame: pd.DataFrame, select: dict) -> pd.DataFrame:
 @dataclass
 class Study:
     """The report's tables; `keys` are the configuration columns that identify a group (dataset, model, scenario and
-    any of strategy, precision, devices that the sweep varies)."""
+    any of strategy, precision, devices that the sweep varies); `catalogue` declares the metrics the tables hold
+    (labels, ideals, gold standards, headline and figure metrics: `read/catalogue.py`)."""
 
     keys: list[str]
     values: pd.DataFrame  # one Z per row of the study and seeds (last round only), complete jobs only
@@ -105,10 +76,11 @@ class Study:
     ranks: pd.DataFrame = field(default_factory=pd.DataFrame)  # filled by `seed_design.extend`
     ranks_by_seed: pd.DataFrame = field(default_factory=pd.DataFrame)
     plans: pd.DataFrame = field(default_factory=pd.DataFrame)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Caveat] = field(default_factory=list)
     forgetting: Any = None  # the per-example tables (`forget_quality.ForgetQuality`), filled by the report's build
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)  # `curves.curve_table`, filled by the report's build
     leaderboard: list = field(default_factory=list)  # `leaderboard.Board` per configuration, filled by the build
+    catalogue: Catalogue = field(default_factory=Catalogue)
 
     @property
     def groups(self) -> list[str]:
@@ -127,9 +99,9 @@ class Study:
                 or any(board.significance for board in self.leaderboard))
 
 
-def prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[str]]:
-    """(records of complete jobs with clean types and duplicates removed, configuration keys, warnings)."""
-    warnings: list[str] = []
+def prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[Caveat]]:
+    """(records of complete jobs with clean types and duplicates removed, configuration keys, caveats)."""
+    warnings: list[Caveat] = []
     if frame.empty or "seed_train" not in frame:
         return pd.DataFrame(columns=[*CONFIG, *ROW, "round", *SEEDS, "value", *COSTS]), list(CONFIG), warnings
     data = frame[frame["status"] == "complete"].copy() if "status" in frame else frame.copy()
@@ -150,9 +122,8 @@ def prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[str]]:
     identity = [*keys, *ROW, "round", *SEEDS]
     duplicated = data.duplicated(subset=identity, keep="first")
     repeated = int((duplicated & (data["role"] == "unlearned")).sum())
-    if repeated:
-        warnings.append(f"{repeated} values of a method appear in more than one job with the same seeds (the same "
-                        "design given twice?): the first job in folder order was kept")
+    if repeated:  # the same design given twice? the first job in folder order is kept
+        warnings.append(Caveat("repeated", {"values": repeated}))
     data = data[~duplicated]
     for column in COSTS:
         data[column] = pd.to_numeric(data[column], errors="coerce").astype(float) if column in data else np.nan
@@ -314,36 +285,29 @@ def wasserstein_tables(grid: Grid, keys: list[str], order_from: pd.DataFrame,
     return wide, long
 
 
-def design_warnings(variance: pd.DataFrame, wasserstein: pd.DataFrame, values: pd.DataFrame) -> list[str]:
-    """The study-wide warnings, each once: few training seeds, unbalanced grids, no W2."""
+def design_warnings(variance: pd.DataFrame, wasserstein: pd.DataFrame, values: pd.DataFrame) -> list[Caveat]:
+    """The study-wide caveats, each once: few training seeds, unbalanced grids, no W2 (and why)."""
     warnings = []
     unlearned = variance[variance["role"] == "unlearned"] if not variance.empty else variance
     if not unlearned.empty:
         few = unlearned[unlearned["I"] < stats.FEW_TRAINING_SEEDS]
         if len(few):
-            counts = ", ".join(str(i) for i in sorted(set(few["I"].astype(int))))
-            warnings.append(f"fewer than {stats.FEW_TRAINING_SEEDS} training seeds (I = {counts}): σ_T² is barely "
-                            "identifiable; its interval is wide")
+            warnings.append(Caveat("few_training_seeds", {"below": stats.FEW_TRAINING_SEEDS,
+                                                          "seeds": sorted(set(few["I"].astype(int)))}))
         unbalanced = unlearned[~unlearned["balanced"].astype(bool)]
         if len(unbalanced):
-            methods = ", ".join(sorted(set(unbalanced["method"])))
-            rows = f"{len(unbalanced)} row{'s' if len(unbalanced) > 1 else ''}"
-            warnings.append(f"unbalanced grid ({rows}; methods {methods}): not every training seed "
-                            "has the same number of unlearning seeds. σ_T² and σ_U² use the unbalanced one-way "
-                            "ANOVA estimator with the effective J = n0; the σ_T² interval is approximate")
+            warnings.append(Caveat("unbalanced", {"rows": len(unbalanced),
+                                                  "methods": sorted(set(unbalanced["method"]))}))
         if (unlearned["J_max"] <= 1).all():
-            warnings.append("one unlearning seed per training seed (J = 1): only the total variance is identifiable "
-                            "and there is no single-training-seed design to compare (no W2)")
+            warnings.append(Caveat("one_unlearning_seed"))
         elif (unlearned["I"] <= 1).all():
-            warnings.append("one training seed (I = 1): only σ_U² is identifiable and there is no "
-                            "multi-training-seed design to compare (no W2)")
-    if not values.empty and wasserstein.empty and not any("no W2" in w for w in warnings):
-        warnings.append("no row has both three training seeds and a training seed with two unlearning seeds: no W2 "
-                        "(A(i) is compared with B without seed i, which needs two other training seeds)")
+            warnings.append(Caveat("one_training_seed"))
+    if not values.empty and wasserstein.empty and not any(w.kind in NO_W2 for w in warnings):
+        warnings.append(Caveat("no_w2"))
     return warnings
 
 
-def analyse(frame: pd.DataFrame, permutations: int = stats.NULL_PERMUTATIONS) -> Study:
+def analyse(frame: pd.DataFrame, catalogue: Catalogue, permutations: int = stats.NULL_PERMUTATIONS) -> Study:
     data, keys, warnings = prepare(frame)
     values = last_rounds(data, keys).dropna(subset=["value"])
     rounds = data[data["round"].notna()]
@@ -354,4 +318,4 @@ def analyse(frame: pd.DataFrame, permutations: int = stats.NULL_PERMUTATIONS) ->
     return Study(keys=keys, values=values, rounds=rounds, summary=summarise(data, keys),
                  table=main_table(values, keys), variance=variance, wasserstein=wasserstein,
                  wasserstein_by_seed=by_seed, variance_by_seed=variance_by_seed_table(grid, keys, values),
-                 warnings=warnings)
+                 warnings=warnings, catalogue=catalogue)

@@ -9,15 +9,19 @@ Jobs whose D_f is not the configuration's most common one are left out (a random
 `seeds.forget` draws a new D_f per job), and the report says which and why: a per-example statistic never mixes
 examples of different forget sets.
 
+Which splits of examples.parquet hold D_f, D_r and D'_r, and which records scale the score, each task declares in
+its catalogue (`Catalogue.per_example`, carried by every job's result.json): the report names no task's split or
+metric. A job whose task declares none (it writes no examples the report can score) has no per-example scores.
+
 Per pool and method (`forgetting` holds the formulas): ε per forget example, its points, F, the final score
-F · (acc_u(D_r)/acc_r(D_r)) · (acc_u(D'_r)/acc_r(D'_r)) with accuracies averaged over the pool (from result.json, on
-the whole of D_r and D'_r), N and the resolution cap ⌈ln(N − 1)⌉, F's permutation null, and LiRA's AUC and TPR at
-low FPR; the entropy MIA of result.json beside them. KLOM (Georgiev et al. 2024) per split, D_f, D_r and D'_r (the
-text task's forget, retain, holdout): the 95th percentile over the split's examples of the per-example KL divergence
-between the pool's unlearned and retrained margin histograms, with a permutation null drawn as F's is. It compares
-the examples that every model of the pool holds: an example is identified by its split and `index`, D_r and D'_r
-are the jobs' samples of `evaluation.examples_per_split` (the same in every job with the same D_f and data), and a
-NaN margin leaves its example out.
+F · (acc_u(D_r)/acc_r(D_r)) · (acc_u(D'_r)/acc_r(D'_r)) with the declared accuracy averaged over the pool (from
+result.json, on the whole of D_r and D'_r; NaN where the task declares none), N and the resolution cap
+⌈ln(N − 1)⌉, F's permutation null, and LiRA's AUC and TPR at low FPR; the declared MIA of result.json beside them.
+KLOM (Georgiev et al. 2024) per split, D_f, D_r and D'_r: the 95th percentile over the split's examples of the
+per-example KL divergence between the pool's unlearned and retrained margin histograms, with a permutation null
+drawn as F's is. It compares the examples that every model of the pool holds: an example is identified by its split
+and `index`, D_r and D'_r are the jobs' samples of `evaluation.examples_per_split` (the same in every job with the
+same D_f and data), and a NaN margin leaves its example out.
 """
 
 from __future__ import annotations
@@ -31,20 +35,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from unlearnbench.core.catalogue import PerExample
 from unlearnbench.core.files import EXAMPLES
 from unlearnbench.report.compute import forgetting
-from unlearnbench.report.compute.analysis import GOLD_STANDARDS, sort_rows
+from unlearnbench.report.compute.analysis import sort_rows
 from unlearnbench.report.compute.seed_design import SIGNIFICANT, wilson
+from unlearnbench.report.read.catalogue import legacy_catalogue
 from unlearnbench.report.read.collect import ROLES, SchemaError
 
 FORGET_PERMUTATIONS = forgetting.NULL_PERMUTATIONS  # random splits behind each F's null (`report.permutations`)
 EXAMPLE_KINDS = {"target": "string", "role": "string", "method": "string", "split": "string", "index": "integer",
                  "label": "integer", "conf": "float", "loss": "float", "pred": "integer"}
-SPLITS = ("forget_train", "retain_train", "retain_test", "forget", "retain", "holdout")  # image and text tasks
-FORGET_SPLITS = ("forget_train", "forget")  # D_f: the image and ranking tasks', the text task's
-KLOM_SPLITS = {"forget": FORGET_SPLITS, "retain": ("retain_train", "retain"), "test": ("retain_test", "holdout")}
-SPLIT_KIND = {split: kind for kind, splits in KLOM_SPLITS.items() for split in splits}  # D_f, D_r, D'_r
-KLOM_COLUMNS = [f"klom_{kind}{suffix}" for kind in KLOM_SPLITS
+KLOM_KINDS = ("forget", "retain", "test")  # KLOM's columns of D_f, D_r and D'_r (`split_kinds`)
+KLOM_COLUMNS = [f"klom_{kind}{suffix}" for kind in KLOM_KINDS
                 for suffix in ("", "_null_median", "_null_95pct", "_examples")]
 QUALITY_COLUMNS = ["target", "method", "design", "seed_train", "n_models", "epsilon_cap", "forget_quality",
                    "forget_quality_null_median", "forget_quality_null_5pct", "distinguishable", "score", "lira_auc",
@@ -58,11 +61,23 @@ POINT_POOL = ("one M_u per original model: its unlearned pool is a point, which 
               "(ε = 50, no points); design B scores such a method")
 
 
-def read_examples(path: Path) -> pd.DataFrame:
-    """The unlearned and retrained rows of a job's examples file, every split (target, role, method, split, index,
-    label, conf): D_f for ε, F and LiRA, all three splits for KLOM. An `OSError` or a `SchemaError` with a one-line
-    reason where the file is not a valid examples table; a non-finite conf fails it on D_f only (elsewhere KLOM
-    leaves a NaN's example out and clips ±∞, as its reference does)."""
+def per_example_of(job: dict) -> PerExample | None:
+    """The per-example declarations of the job's task; None where it declares none (no examples to score). A job
+    dict built without a catalogue (not by `load_results`) is read as a schema-1 result of its task would be."""
+    catalogue = job["catalogue"] if "catalogue" in job else legacy_catalogue(job.get("task"))
+    return catalogue.per_example
+
+
+def split_kinds(per_example: PerExample) -> dict[str, str]:
+    """{split of examples.parquet: its `KLOM_KINDS` name}: the task's declared D_f, D_r and D'_r."""
+    return dict(zip((per_example.forget, per_example.retain, per_example.unseen), KLOM_KINDS, strict=True))
+
+
+def read_examples(path: Path, per_example: PerExample) -> pd.DataFrame:
+    """The unlearned and retrained rows of a job's examples file, every split its task declares (target, role,
+    method, split, index, label, conf): D_f for ε, F and LiRA, all three splits for KLOM. An `OSError` or a
+    `SchemaError` with a one-line reason where the file is not a valid examples table; a non-finite conf fails it on
+    D_f only (elsewhere KLOM leaves a NaN's example out and clips ±∞, as its reference does)."""
     try:
         frame = pd.read_parquet(path)
     except OSError:
@@ -82,14 +97,15 @@ def read_examples(path: Path) -> pd.DataFrame:
     bad_role = ~frame["role"].isin(ROLES)
     if bad_role.any():
         raise SchemaError(f"role {frame['role'][bad_role].iloc[0]!r} is not one of {', '.join(ROLES)}")
-    bad_split = ~frame["split"].isin(SPLITS)
+    splits = split_kinds(per_example)
+    bad_split = ~frame["split"].isin(splits)
     if bad_split.any():
-        raise SchemaError(f"split {frame['split'][bad_split].iloc[0]!r} is not one of {', '.join(SPLITS)}")
+        raise SchemaError(f"split {frame['split'][bad_split].iloc[0]!r} is not one of {', '.join(splits)}")
     if (frame["method"].isna() != (frame["role"] != "unlearned")).any():
         raise SchemaError("a method on an original or retrained row, or none on an unlearned one")
     if (frame["index"] < 0).any():
         raise SchemaError("a negative example index")
-    forget = frame[frame["split"].isin(FORGET_SPLITS)]
+    forget = frame[frame["split"] == per_example.forget]
     if not np.isfinite(forget["conf"].to_numpy(dtype=float)).all():
         raise SchemaError("a non-finite conf on the forget set")
     rows = frame[frame["role"] != "original"][["target", "role", "method", "split", "index", "label", "conf"]]
@@ -97,17 +113,19 @@ def read_examples(path: Path) -> pd.DataFrame:
 
 
 def load_examples(jobs: list[dict], frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """{folder: `read_examples`' rows} of every complete job with an `examples.parquet`. A damaged file makes its job
-    failed (status `invalid`, the reason as its error, in `jobs` and in `frame`): its models are not scored, and its
-    records leave the statistics as those of a damaged result.json do. A job without the file (written with
-    `evaluation.examples=false`, or before it existed) simply has no per-example scores."""
+    """{folder: `read_examples`' rows} of every complete job with an `examples.parquet` its task declares splits
+    for. A damaged file makes its job failed (status `invalid`, the reason as its error, in `jobs` and in `frame`):
+    its models are not scored, and its records leave the statistics as those of a damaged result.json do. A job
+    without the file (written with `evaluation.examples=false`, or before it existed) or without declarations simply
+    has no per-example scores."""
     examples = {}
     for job in jobs:
         path = Path(job["folder"]) / EXAMPLES
-        if job.get("status") != "complete" or not path.exists():
+        per_example = per_example_of(job) if job.get("status") == "complete" else None
+        if per_example is None or not path.exists():
             continue
         try:
-            examples[job["folder"]] = read_examples(path)
+            examples[job["folder"]] = read_examples(path, per_example)
         except (OSError, ValueError) as error:
             job["status"], job["error"] = "invalid", f"{EXAMPLES}: {error}"
             if "folder" in frame:
@@ -135,6 +153,7 @@ class Job:
     folder: str
     ident: tuple  # the configuration's values
     seeds: tuple[int, int, int]  # train, unlearn, eval
+    per_example: PerExample  # its task's declarations: which splits and records the scores read
     rows: pd.DataFrame  # forget-set rows of one target
     margins: dict[tuple[str, str | None, str], pd.Series] = field(default_factory=dict)  # `margins_of`
 
@@ -146,12 +165,12 @@ def forget_signature(rows: pd.DataFrame) -> str:
     return hashlib.sha1(indices.astype(np.int64).tobytes()).hexdigest()
 
 
-def margins_of(rows: pd.DataFrame) -> dict[tuple[str, str | None, str], pd.Series]:
+def margins_of(rows: pd.DataFrame, per_example: PerExample) -> dict[tuple[str, str | None, str], pd.Series]:
     """{(role, method or None, split kind): conf by example index} of one job and target, for KLOM: built once per
     job so that each pool and method picks its margins without filtering the rows again. NaN confs are dropped (no
     measurement: their examples are left out of the pools that lack them)."""
     margins = {}
-    kinds = rows["split"].map(SPLIT_KIND)
+    kinds = rows["split"].map(split_kinds(per_example))
     for (role, method, kind), part in rows.groupby([rows["role"], rows["method"], kinds], dropna=False, sort=False):
         conf = pd.Series(part["conf"].to_numpy(dtype=float), index=part["index"].to_numpy(dtype=np.int64))
         margins[(role, method if isinstance(method, str) else None, kind)] = conf[conf.notna()]
@@ -159,20 +178,21 @@ def margins_of(rows: pd.DataFrame) -> dict[tuple[str, str | None, str], pd.Serie
 
 
 def targets_of(jobs: list[dict], examples: dict[str, pd.DataFrame], keys: list[str]) -> dict[tuple, list[Job]]:
-    """{(configuration, target): its jobs}, in folder order; a target without D_f rows is not scored."""
+    """{(configuration, target): its jobs}, in folder order; a target without D_f rows, and a job whose task declares
+    no per-example splits, are not scored."""
     groups: dict[tuple, list[Job]] = {}
     for job in jobs:
-        rows = examples.get(job["folder"])
-        if rows is None:
+        rows, per_example = examples.get(job["folder"]), per_example_of(job)
+        if rows is None or per_example is None:
             continue
         ident = tuple("" if job.get(k) is None else str(job.get(k)) for k in keys)
         seeds = tuple(int(job[k]) if job.get(k) is not None else int(job["seed_train"])
                       for k in ("seed_train", "seed_unlearn", "seed_eval"))
         for target, part in rows.groupby("target", sort=False):
-            forget = part[part["split"].isin(FORGET_SPLITS)]
+            forget = part[part["split"] == per_example.forget]
             if len(forget):
-                groups.setdefault((*ident, target), []).append(Job(job["folder"], ident, seeds, forget,
-                                                                   margins_of(part)))
+                groups.setdefault((*ident, target), []).append(Job(job["folder"], ident, seeds, per_example, forget,
+                                                                   margins_of(part, per_example)))
     return groups
 
 
@@ -231,11 +251,18 @@ def pool_mean(values: dict, folders: list[str], *key) -> float:
     return float(np.mean(found)) if len(found) == len(folders) and found else math.nan
 
 
-def record_values(frame: pd.DataFrame) -> dict:
-    """{(folder, target, role, method, metric, split): value} of the accuracies and entropy MIA the scores use."""
+def scaling_metrics(jobs: list[dict]) -> set[str]:
+    """The metrics whose records the jobs' tasks declare for the score and beside it (`accuracy`, `privacy`)."""
+    declared = [per_example_of(job) for job in jobs]
+    return {name for found in declared if found for name in (found.accuracy, found.privacy) if name}
+
+
+def record_values(frame: pd.DataFrame, metrics: set[str]) -> dict:
+    """{(folder, target, role, method, metric, split): value} of the records of `metrics` (`scaling_metrics`) that
+    the scores use."""
     if frame.empty or "folder" not in frame:
         return {}
-    wanted = frame[(frame["status"] == "complete") & frame["metric"].isin(["acc", "mia"])
+    wanted = frame[(frame["status"] == "complete") & frame["metric"].isin(metrics)
                    & frame["role"].isin(["unlearned", "retrained"])]
     values = {}
     for row in wanted[["folder", "target", "role", "method", "metric", "split", "value"]].itertuples(index=False):
@@ -278,7 +305,7 @@ def klom_scores(pool: list[Job], folders: list[str], method: str, permutations: 
     """KLOM of one pool and method per split (D_f, D_r, D'_r): the 95th percentile over the examples, its null's
     median and 95th percentile, and the number of examples compared; NaN for a split without common examples."""
     scores = {}
-    for kind in KLOM_SPLITS:
+    for kind in KLOM_KINDS:
         unlearned, retrained = klom_matrices(pool, folders, method, kind)
         stat = median = high = math.nan
         if unlearned.shape[1]:
@@ -300,11 +327,28 @@ def note_of(unlearned: np.ndarray, n: int) -> str:
     return "; ".join(notes)
 
 
+def competition_columns(values: dict, folders: list[str], target: str, method: str, quality: float,
+                        per_example: PerExample) -> dict:
+    """The competition's final score (F scaled by the unlearned over retrained pool means of the declared accuracy
+    on the retain and unseen splits) and the declared MIA on D_f beside it: NaN where the task declares none."""
+    def mean(role: str, metric: str | None, split: str) -> float:
+        owner = method if role == "unlearned" else None
+        return math.nan if metric is None else pool_mean(values, folders, target, role, owner, metric, split)
+
+    retain, unseen = per_example.retain, per_example.unseen
+    accuracy = {(role, split): mean(role, per_example.accuracy, split)
+                for role in ("unlearned", "retrained") for split in (retain, unseen)}
+    final = forgetting.score(quality, accuracy["unlearned", retain], accuracy["retrained", retain],
+                             accuracy["unlearned", unseen], accuracy["retrained", unseen])
+    return {"score": final, "mia_unlearned": mean("unlearned", per_example.privacy, per_example.forget),
+            "mia_retrained": mean("retrained", per_example.privacy, per_example.forget)}
+
+
 def pool_rows(group: tuple, keys: list[str], design: str, seed: int | None, pool: list[Job], methods: list[str],
               values: dict, permutations: int) -> tuple[list[dict], list[dict], list[str]]:
     """The forget_quality.csv rows of one pool (a row per method with two models or more), its ε per example, and a
     line for each method whose confidences could not be scored (one pool's problem never costs the others)."""
-    rows, per_example, problems = [], [], []
+    rows, epsilon_rows, problems = [], [], []
     ident = {**dict(zip(keys, group[:-1], strict=True)), "target": group[-1]}
     where = f"{' · '.join(group[:-1])} — target {group[-1]}, pool {'B' if design == 'B' else f'A({seed})'}"
     for method in methods:
@@ -321,23 +365,15 @@ def pool_rows(group: tuple, keys: list[str], design: str, seed: int | None, pool
         except ValueError as error:  # F stands without it
             problems.append(f"{where}, method {method}: no KLOM: {error}")
             kloms = {}
-        target = group[-1]
-        accuracy = {(role, split): pool_mean(values, folders, target, role, method if role == "unlearned" else None,
-                                             "acc", split)
-                    for role in ("unlearned", "retrained") for split in ("retain_train", "retain_test")}
-        final = forgetting.score(scored["forget_quality"], accuracy["unlearned", "retain_train"],
-                                 accuracy["retrained", "retain_train"], accuracy["unlearned", "retain_test"],
-                                 accuracy["retrained", "retain_test"])
+        competition = competition_columns(values, folders, group[-1], method, scored["forget_quality"],
+                                          pool[0].per_example)
         epsilons = scored.pop("epsilons")
         rows.append({**ident, "method": method, "design": design, "seed_train": seed, **scored, **kloms,
-                     "score": final,
-                     "mia_unlearned": pool_mean(values, folders, target, "unlearned", method, "mia", "forget_train"),
-                     "mia_retrained": pool_mean(values, folders, target, "retrained", None, "mia", "forget_train"),
-                     "examples": len(indices), "note": note_of(unlearned, len(folders))})
-        per_example += [{**ident, "method": method, "design": design, "seed_train": seed, "index": int(i),
+                     **competition, "examples": len(indices), "note": note_of(unlearned, len(folders))})
+        epsilon_rows += [{**ident, "method": method, "design": design, "seed_train": seed, "index": int(i),
                          "label": int(label), "epsilon": float(e)}
                         for i, label, e in zip(indices, labels, epsilons, strict=True)]
-    return rows, per_example, problems
+    return rows, epsilon_rows, problems
 
 
 def best_by_quality(scores: pd.Series) -> list[str]:
@@ -346,8 +382,10 @@ def best_by_quality(scores: pd.Series) -> list[str]:
     return sorted(rounded.index[rounded == rounded.max()])
 
 
-def across_seeds(quality: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(F of the A(i) against B's per method, how often A(i)'s best method by F is not B's)."""
+def across_seeds(quality: pd.DataFrame, keys: list[str],
+                 gold_standards: frozenset[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(F of the A(i) against B's per method, how often A(i)'s best method by F is not B's: the gold standards, M_r
+    itself, are not candidates)."""
     across, best = [], []
     if quality.empty:
         return pd.DataFrame(columns=[*keys, *ACROSS_COLUMNS]), pd.DataFrame(columns=[*keys, *BEST_COLUMNS])
@@ -365,7 +403,7 @@ def across_seeds(quality: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, 
                            "forget_quality_A_max": float(f.max()) if len(f) else math.nan,
                            "forget_quality_B": float(b["forget_quality"].iloc[0]) if len(b) else math.nan,
                            "n_models_B": int(b["n_models"].iloc[0]) if len(b) else math.nan})
-        candidates = ~part["method"].isin(GOLD_STANDARDS)
+        candidates = ~part["method"].isin(gold_standards)
         b_scores = design_b[candidates[design_b.index]].set_index("method")["forget_quality"]
         if len(b_scores) < 2:
             continue
@@ -386,10 +424,11 @@ def across_seeds(quality: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, 
 
 
 def forget_quality(jobs: list[dict], examples: dict[str, pd.DataFrame], frame: pd.DataFrame, keys: list[str],
-                   permutations: int) -> ForgetQuality:
-    """The per-example tables of a sweep (module docstring), from the complete jobs' examples and records."""
-    values = record_values(frame)
-    rows, per_example, left_out = [], [], []
+                   permutations: int, gold_standards: frozenset[str] = frozenset()) -> ForgetQuality:
+    """The per-example tables of a sweep (module docstring), from the complete jobs' examples and records;
+    `gold_standards` (the catalogue's methods whose M_u is M_r) are scored but never a best method."""
+    values = record_values(frame, scaling_metrics(jobs))
+    rows, epsilon_rows, left_out = [], [], []
     for group, members in targets_of(jobs, examples, keys).items():
         kept, why = same_forget_set(group, members)
         if why:
@@ -399,16 +438,16 @@ def forget_quality(jobs: list[dict], examples: dict[str, pd.DataFrame], frame: p
             found, found_examples, problems = pool_rows(group, keys, design, seed, pool, methods, values,
                                                         permutations)
             rows += found
-            per_example += found_examples
+            epsilon_rows += found_examples
             left_out += problems
     quality = pd.DataFrame(rows, columns=[*keys, *QUALITY_COLUMNS])
     order = quality.assign(role="unlearned", metric="", split="")
     if not quality.empty:
         quality = sort_rows(order, keys, order).drop(columns=["role", "metric", "split"])[[*keys, *QUALITY_COLUMNS]]
-    by_example = pd.DataFrame(per_example, columns=[*keys, *EXAMPLE_COLUMNS])
+    by_example = pd.DataFrame(epsilon_rows, columns=[*keys, *EXAMPLE_COLUMNS])
     for table in (quality, by_example):
         table["seed_train"] = table["seed_train"].astype("Int64")  # empty for B, not 0.0
     for column in [c for c in KLOM_COLUMNS if c.endswith("_examples")]:
         quality[column] = quality[column].astype("Int64")  # empty where KLOM failed, not 30.0
-    across, best = across_seeds(quality, keys)
+    across, best = across_seeds(quality, keys, gold_standards)
     return ForgetQuality(quality, by_example, across, best, left_out)

@@ -1,14 +1,16 @@
 """The leaderboard: which method is best per (dataset, model, scenario), and how sure the sweep can be of it.
 
-- **Scores.** Per metric, a method's distance to the metric's ideal (`analysis.ideal`, the report's bold): |mean −
-  ideal| for a number (deltas, distances and privleak 0, completeness and forget quality 1), |mean − M_r's mean| for
-  a metric judged against the retrained model. Smaller is better; `retrain` itself (M_r) is not ranked.
+- **Scores.** Per metric, a method's distance to the ideal its catalogue declares (`core/catalogue.py`, the
+  report's bold): |mean − ideal| for a number (deltas, distances and privleak 0, completeness and forget quality 1),
+  |mean − M_r's mean| for a metric judged against the retrained model. Smaller is better; the gold standards (M_r
+  itself: `retrain`, `fed_retrain`, …) are not ranked.
 - **Blocks.** A block is one (target, training seed). A method's value in a block is its mean over the block's
   unlearning seeds, so the blocks are independent draws of the nested design (the unlearning seeds of one trained
   model are not). Methods are ranked within each block (1 best, ties share the mean rank); only blocks where every
   method has a value count.
-- **Aggregate.** The mean, over the metrics of `report.leaderboard.metrics` that the configuration records, of a
-  method's per-metric rank in a block, ranked again within the block.
+- **Aggregate.** The mean, over the metrics of `report.leaderboard.metrics` that the configuration records (by
+  default the declared leaderboard metrics of the results' catalogue), of a method's per-metric rank in a block,
+  ranked again within the block.
 - **Tests.** Friedman's test over the blocks (are the methods' ranks exchangeable?), then Wilcoxon's signed-rank test
   for every pair of methods on their block scores, Holm-corrected over the pairs (scipy's tests, statsmodels'
   Holm). Wilcoxon–Holm's verdict on a pair does not depend on which other methods are in the comparison, which
@@ -32,11 +34,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from unlearnbench.core.config import LEADERBOARD_METRICS
-from unlearnbench.report.compute.analysis import GOLD_STANDARDS, ideal, label
+from unlearnbench.core.catalogue import RETRAINED, Catalogue
+from unlearnbench.core.errors import UserError
 from unlearnbench.report.compute.seed_design import rounded
 
-DEFAULT_METRICS = LEADERBOARD_METRICS  # per task, those a configuration records (`report.leaderboard.metrics`)
+OPTION = "report.leaderboard.metrics"  # the option naming the leaderboard's metrics (`--leaderboard-metrics`)
 AGGREGATE = "mean_rank"  # the aggregate's metric name in leaderboard.csv
 ALPHA = 0.05
 RESAMPLES = 1000
@@ -51,6 +53,25 @@ def parse_metrics(names: list[str] | tuple[str, ...]) -> list[tuple[str, str]]:
     return [tuple(name.split(":", 1)) if ":" in name else (name, "") for name in names]
 
 
+def chosen_metrics(names: list[str] | tuple[str, ...] | None, catalogue: Catalogue,
+                   recorded: set[str]) -> list[tuple[str, str]]:
+    """The leaderboard's (metric, split): those of `names`, or where None the catalogue's declared leaderboard
+    metrics. A `UserError` (one line, the rankable metrics listed) where a named metric has no best value or no
+    result records it: a ranking by it would be silently empty. (Where nothing is recorded, as when every job
+    failed, there is nothing to rank and the report lists the failures.)"""
+    if names is None:
+        return parse_metrics(catalogue.leaderboard())
+    chosen = parse_metrics(names)
+    if not recorded:
+        return chosen
+    rankable = [m.name for m in catalogue.metrics if m.ideal is not None and m.name in recorded]
+    wrong = [name for name, (metric, _) in zip(names, chosen, strict=True) if metric not in rankable]
+    if wrong:
+        raise UserError(f"the {OPTION!r} option must name metrics with a best value (metric or metric:split of "
+                        f"{', '.join(rankable) or 'none recorded'}); got {', '.join(wrong)} instead")
+    return chosen
+
+
 @dataclass
 class Board:
     """One configuration's leaderboard: per metric and the aggregate, its rows, pairs and the blocks' ranks."""
@@ -62,18 +83,19 @@ class Board:
     significance: dict[tuple[str, str], pd.DataFrame] = field(default_factory=dict)  # methods × methods, p_holm
 
 
-def block_scores(values: pd.DataFrame, metric: str, split: str) -> pd.DataFrame:
+def block_scores(values: pd.DataFrame, metric: str, split: str, catalogue: Catalogue) -> pd.DataFrame:
     """blocks (target, seed_train) × methods: each method's distance to the metric's ideal, from its mean over the
-    block's unlearning seeds; only complete blocks. Empty where the metric has no ideal or no records."""
-    goal = ideal(metric)
+    block's unlearning seeds; only complete blocks, no gold standard. Empty where the metric has no ideal or no
+    records."""
+    goal = catalogue.ideal(metric)
     rows = values[(values["metric"] == metric) & (values["split"] == split)]
     if goal is None or rows.empty:
         return pd.DataFrame()
     means = rows.groupby(["role", "method", "target", "seed_train"])["value"].mean()
     methods = means.loc["unlearned"] if "unlearned" in means.index.get_level_values(0) else pd.Series(dtype=float)
     table = methods.unstack("method")
-    table = table[[m for m in table.columns if m not in GOLD_STANDARDS]]
-    if goal == "retrained":
+    table = table[[m for m in table.columns if m not in catalogue.gold_standards]]
+    if goal == RETRAINED:
         if "retrained" not in means.index.get_level_values(0):
             return pd.DataFrame()
         reference = means.loc["retrained"].groupby(["target", "seed_train"]).mean()
@@ -179,14 +201,14 @@ def significance_matrix(methods: list[str], pairs: list[dict]) -> pd.DataFrame:
     return matrix
 
 
-def configuration_board(values: pd.DataFrame, config: dict, metrics: list[tuple[str, str]],
+def configuration_board(values: pd.DataFrame, config: dict, metrics: list[tuple[str, str]], catalogue: Catalogue,
                         resamples: int = RESAMPLES) -> Board | None:
     """The leaderboard of one configuration's values: each declared metric it records, then the aggregate over
     them; None when it has fewer than two methods to rank on any of them."""
     board = Board(config)
     per_metric = {}
     for metric, split in metrics:
-        scores = block_scores(values, metric, split)
+        scores = block_scores(values, metric, split, catalogue)
         if scores.shape[1] >= 2 and len(scores):
             per_metric[(metric, split)] = scores
             metric_board(board, scores, metric, split, resamples)
@@ -204,15 +226,16 @@ def configuration_board(values: pd.DataFrame, config: dict, metrics: list[tuple[
     return board
 
 
-def leaderboards(values: pd.DataFrame, keys: list[str], metrics: list[tuple[str, str]],
+def leaderboards(values: pd.DataFrame, keys: list[str], metrics: list[tuple[str, str]], catalogue: Catalogue,
                  resamples: int = RESAMPLES) -> list[Board]:
-    """One `Board` per configuration (the study's `keys`) that has two methods or more to rank."""
+    """One `Board` per configuration (the study's `keys`) that has two methods or more to rank by `metrics`, judged
+    by the ideals and gold standards of `catalogue`."""
     boards = []
     if values.empty:
         return boards
     for config, group in values.groupby(keys, sort=False):
         config = dict(zip(keys, config if isinstance(config, tuple) else (config,), strict=True))
-        board = configuration_board(group, config, metrics, resamples)
+        board = configuration_board(group, config, metrics, catalogue, resamples)
         if board is not None:
             boards.append(board)
     return boards
@@ -237,5 +260,5 @@ def main_metric(board: Board) -> tuple[str, str]:
     return (AGGREGATE, "") if (AGGREGATE, "") in metrics else metrics[0]
 
 
-def metric_label(metric: str, split: str) -> str:
-    return "mean rank" if metric == AGGREGATE else label(metric, split)
+def metric_label(metric: str, split: str, catalogue: Catalogue) -> str:
+    return "mean rank" if metric == AGGREGATE else catalogue.label(metric, split)

@@ -5,7 +5,8 @@ differently from many, and how many training and unlearning seeds a study needs.
   unlearning seeds averaged) against the multi-training-seed design built from the *other* training seeds (the mean
   of their per-seed means; leaving i out keeps the two designs independent). Per metric: whether the best method
   changes, Kendall's τ-b between the two rankings, and over the training seeds the probability that the best method
-  changes, with its Wilson 95% interval (the seeds as independent draws of a training run).
+  changes, with its Wilson 95% interval (the seeds as independent draws of a training run). The metrics are the
+  declared leaderboard metrics whose ideal is a number (`ranked_metrics`); the gold standards are not ranked.
 - `seed_plans`: per method and main metric, the cheapest (I, J) that reaches a standard error of the mean
   (`stats.seed_plan`), from the variance components and the sweep's own costs: c_T = the median time to train M_o,
   c_U = the median time to train M_r plus the method's own time, per job.
@@ -19,11 +20,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
+from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.report.compute import stats
-from unlearnbench.report.compute.analysis import GOLD_STANDARDS, ROW, Study, label, sort_rows
+from unlearnbench.report.compute.analysis import ROW, Study, sort_rows
 
-# (metric, split, ideal): methods ranked by |Z − ideal|, smallest first; the text task's forget quality by |1 − F|
-RANK_METRICS = [("delta_acc", "forget_test", 0.0), ("delta_acc", "retain_test", 0.0), ("forget_quality", "forget", 1.0)]
 SIGNIFICANT = 12  # scores equal to this many significant digits are ties (a mean's last bits are not a ranking)
 TARGET_SE = 0.01  # the default target standard error of a method's mean (`report.target_se`)
 
@@ -35,9 +35,17 @@ PLAN_COLUMNS = ["target", "method", "metric", "split", "sigma_t2", "sigma_u2", "
                 "j_star", "plan_I", "plan_J", "plan_se", "plan_cost_s", "target_se", "note"]
 
 
-def rank_label(metric: str, split: str) -> str:
-    ideal = next((i for m, s, i in RANK_METRICS if (m, s) == (metric, split)), 0.0)
-    return f"|{label(metric, split)}|" if ideal == 0 else f"|{ideal:g} − {label(metric, split)}|"
+def ranked_metrics(catalogue: Catalogue) -> list[tuple[str, str, float]]:
+    """(metric, split, ideal) of the declared leaderboard metrics whose ideal is a number: methods are ranked by
+    |Z − ideal|, smallest first (a metric judged against M_r has no fixed ideal to rank one seed's values by)."""
+    return [(metric, split, float(catalogue.ideal(metric))) for metric, split in catalogue.roles("leaderboard")
+            if isinstance(catalogue.ideal(metric), int | float)]
+
+
+def rank_label(metric: str, split: str, catalogue: Catalogue) -> str:
+    """|label| for an ideal of 0, |ideal − label| for another number: what the methods are ranked by."""
+    ideal, name = catalogue.ideal(metric), catalogue.label(metric, split)
+    return f"|{ideal:g} − {name}|" if isinstance(ideal, int | float) and ideal != 0 else f"|{name}|"
 
 
 def rounded(scores: pd.Series | pd.DataFrame) -> pd.Series | pd.DataFrame:
@@ -77,13 +85,14 @@ def per_seed_scores(rows: pd.DataFrame, ideal: float = 0.0) -> pd.DataFrame:
     return scores.unstack("method").dropna(axis=0, how="any").T
 
 
-def rank_stability(values: pd.DataFrame, keys: list[str],
-                   metrics: list[tuple[str, str, float]] = RANK_METRICS) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(rank_stability.csv, rank_stability_by_seed.csv): see the module's docstring. A row needs two methods (other
-    than the retrained model itself) and two training seeds that every method has."""
+def rank_stability(values: pd.DataFrame, keys: list[str], metrics: list[tuple[str, str, float]],
+                   gold_standards: frozenset[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(rank_stability.csv, rank_stability_by_seed.csv) over `metrics` ((metric, split, ideal)): see the module's
+    docstring. A row needs two methods (other than the gold standards, M_r itself) and two training seeds that
+    every method has."""
     group_keys = [*keys, "target"]
     summary, by_seed = [], []
-    unlearned = values[(values["role"] == "unlearned") & ~values["method"].isin(GOLD_STANDARDS)]
+    unlearned = values[(values["role"] == "unlearned") & ~values["method"].isin(gold_standards)]
     for metric, split, ideal in metrics:
         chosen = unlearned[(unlearned["metric"] == metric) & (unlearned["split"] == split)]
         for ident, rows in chosen.groupby(group_keys, sort=False):
@@ -148,8 +157,11 @@ def seed_plans(variance: pd.DataFrame, values: pd.DataFrame, keys: list[str], ma
     return sort_rows(pd.DataFrame(rows), keys, values)[[*keys, *PLAN_COLUMNS]]
 
 
-def extend(study: Study, main: list[tuple[str, str]], target_se: float = TARGET_SE) -> Study:
-    """The study with its rank-stability tables and seed plans filled in."""
-    study.ranks, study.ranks_by_seed = rank_stability(study.values, study.keys)
-    study.plans = seed_plans(study.variance, study.values, study.keys, main, target_se)
+def extend(study: Study, target_se: float = TARGET_SE) -> Study:
+    """The study with its rank-stability tables and seed plans (of the headline metrics) filled in."""
+    catalogue = study.catalogue
+    study.ranks, study.ranks_by_seed = rank_stability(study.values, study.keys, ranked_metrics(catalogue),
+                                                      catalogue.gold_standards)
+    headline = [(metric, split) for _, metric, split in catalogue.headline()]
+    study.plans = seed_plans(study.variance, study.values, study.keys, headline, target_se)
     return study

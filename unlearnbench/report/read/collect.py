@@ -2,8 +2,9 @@
 
 Whatever a file holds, the report is built: a file that cannot be read, is not JSON, is larger than any result or
 does not have the shape of a result (`check_result`) counts as a failed job, listed with a one-line reason naming
-the file and the problem. Non-finite values (JSON `Infinity`, `NaN`) are treated as missing, and counted for a
-warning, so that one diverged run cannot turn every mean into inf.
+the file and the problem; a damaged metric catalogue costs only its declarations (`catalogue.py`). Non-finite
+values (JSON `Infinity`, `NaN`) are treated as missing, and counted for a warning, so that one diverged run cannot
+turn every mean into inf.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.core.files import RESULT
+from unlearnbench.report.read.catalogue import merged, result_catalogue, result_legacy
 
 log = logging.getLogger(__name__)
 RECORD_COLUMNS = ["target", "method", "role", "metric", "split", "value", "round"]
@@ -177,10 +180,11 @@ def load_results(folders: list[Path]) -> tuple[pd.DataFrame, list[dict]]:
     the file holds a non-finite number), `round`, and the job's training times `cost_original_s` (M_o) and
     `cost_retrained_s` (the record's target's M_r), for the seed plan. Other keys of a record are ignored.
 
-    Besides its fields, a job dict holds `numerics_identity`, and where they apply `non_finite` ({metric: count} of
-    the values treated as missing), `failures` (its methods that failed, from the file's `failures` list),
-    `problems` (parts of the file that were ignored; see `read_warnings`) and `curves` (the file's training curves as
-    written, checked only by `curves.curve_table`: a malformed curve costs no job).
+    Besides its fields, a job dict holds `numerics_identity`, `catalogue` (the declarations of its metrics, see
+    `catalogue_of`), and where they apply `non_finite` ({metric: count} of the values treated as missing),
+    `damaged_catalogue` (why its own catalogue was not read), `failures` (its methods that failed, from the file's
+    `failures` list), `problems` (parts of the file that were ignored; see `read_warnings`) and `curves` (the file's
+    training curves as written, checked only by `curves.curve_table`: a malformed curve costs no job).
     """
     rows, jobs = [], []
     for path in result_files(folders):
@@ -192,13 +196,27 @@ def load_results(folders: list[Path]) -> tuple[pd.DataFrame, list[dict]]:
             jobs.append({"folder": folder, "status": status, "error": f"{path.name}: {error}"})
             continue
         job, records = job_rows(result, folder)
-        jobs.append(job)
+        jobs.append({**job, **declarations(result)})
         rows += records
     frame = pd.DataFrame(rows)
     for column in [*RECORD_COLUMNS, *COST_COLUMNS]:
         if column not in frame:
             frame[column] = None
     return frame, jobs
+
+
+def declarations(result: dict) -> dict:
+    """{"catalogue": the result's metric declarations}, with {"damaged_catalogue": why} where its own could not be
+    read and its task's legacy catalogue stands in."""
+    try:
+        return {"catalogue": result_catalogue(result)}
+    except ValueError as error:
+        return {"catalogue": result_legacy(result), "damaged_catalogue": str(error)}
+
+
+def catalogue_of(jobs: list[dict]) -> Catalogue:
+    """The declarations of every metric the readable results hold, merged in folder order."""
+    return merged(job["catalogue"] for job in jobs if "catalogue" in job)
 
 
 def printable(path: Path) -> str:
@@ -269,8 +287,10 @@ def failures_of(result: dict) -> dict:
 
 
 def read_warnings(jobs: list[dict]) -> list[str]:
-    """The report's warnings about what the files held: non-finite values, failed methods, ignored parts."""
-    return [w for w in (non_finite_warning(jobs), failures_warning(jobs), problems_warning(jobs)) if w]
+    """The report's warnings about what the files held: non-finite values, failed methods, ignored parts, damaged
+    metric catalogues."""
+    return [w for w in (non_finite_warning(jobs), failures_warning(jobs), problems_warning(jobs),
+                        catalogue_warning(jobs)) if w]
 
 
 def _listed(items: list[str], unit: str) -> str:
@@ -303,6 +323,15 @@ def problems_warning(jobs: list[dict]) -> str | None:
     if not found:
         return None
     return f"ignored malformed parts of {len(found)} result file(s): {_listed(found, 'files')}"
+
+
+def catalogue_warning(jobs: list[dict]) -> str | None:
+    found = [f"{Path(job['folder']).name}/{RESULT} ({job['damaged_catalogue']})" for job in jobs
+             if job.get("damaged_catalogue")]
+    if not found:
+        return None
+    return (f"damaged metric catalogue in {len(found)} result file{'s' if len(found) > 1 else ''}, read with the "
+            f"legacy catalogue instead: {_listed(found, 'files')}")
 
 
 def mixed_numerics(jobs: list[dict]) -> str | None:

@@ -1,40 +1,15 @@
-"""The table a job prints: the main metrics per method, one section per target (no torch needed).
+"""The table a job prints: the headline metrics per method, one section per target (no torch needed).
 
-Columns without a value in the job (e.g. accuracies in the ranking task) are left out; a metric recorded per round
-shows its last round.
+The columns are the headline metrics of the result's own catalogue (its task's legacy catalogue for a result that
+has none, `read/catalogue.py`), headed by their labels; those without a value in the job are left out, and a metric
+recorded per round shows its last round.
 """
 
 from __future__ import annotations
 
+from unlearnbench.core.catalogue import Catalogue
+from unlearnbench.report.read.catalogue import result_catalogue, result_legacy
 from unlearnbench.report.read.collect import describe_numerics
-
-# (header, metric, split): the main metrics, in this order, of a job's table and of the report's short tables and
-# seed-variance and W2 sections; each shows the columns its records have.
-MAIN = [
-    ("acc D'_f", "acc", "forget_test"),
-    ("acc D'_r", "acc", "retain_test"),
-    ("Δacc D'_f", "delta_acc", "forget_test"),
-    ("Δacc D'_r", "delta_acc", "retain_test"),
-    ("Δacc D_f", "delta_acc", "forget_train"),
-    ("MIA", "mia", "forget_train"),
-    ("ΔMIA", "delta_mia", "forget_train"),
-    ("act.dist D_f", "activation_distance", "forget_train"),
-    ("JS D_f", "js_divergence", "forget_train"),
-    ("layer dist", "layer_distance", ""),
-    ("tow", "tow", ""),
-    ("NDCG@10", "ndcg@10", ""),
-    ("online NDCG", "online_ndcg", ""),
-    ("‖w_T − w‖", "weight_distance", ""),
-    ("FQ", "forget_quality", "forget"),  # the text task
-    ("FQ first M_r", "forget_quality_first", "forget"),  # (the report's: against one fixed M_r)
-    ("MU", "model_utility", ""),
-    ("prob D_f", "prob", "forget"),
-    ("ROUGE D_f", "rouge_l_recall", "forget"),
-    ("TR D_f", "truth_ratio", "forget"),
-    ("MinK AUC", "mia_min_k_auc", "forget"),
-    ("privleak", "privleak", "forget"),
-    ("time s", "time_s", ""),
-]
 
 
 def row_name(record: dict) -> str:
@@ -57,15 +32,24 @@ def table_rows(records: list[dict]) -> dict[str, dict]:
     return values
 
 
+def own_catalogue(result: dict) -> Catalogue:
+    """The declarations the result carries; its task's legacy catalogue where it has none or a damaged one."""
+    try:
+        return result_catalogue(result)
+    except ValueError:
+        return result_legacy(result)
+
+
 def job_table(result: dict) -> str:
-    """Plain-text table per target: rows original, retrained, then every method."""
+    """Plain-text table per target: rows original, retrained, then every method; a column per headline metric."""
+    headline = own_catalogue(result).headline()
     job = result["job"]
     lines = [f"{job['dataset']} · {job['model']} · {job['scenario']} · seeds train {job['seed_train']} "
              f"unlearn {job['seed_unlearn']} eval {job['seed_eval']}",
              f"on {describe_numerics(result.get('numerics'))}"]
     for target in dict.fromkeys(r["target"] for r in result["records"]):
         values = table_rows([r for r in result["records"] if r["target"] == target])
-        columns = [c for c in MAIN if any(v.get(c[1:]) is not None for v in values.values())]
+        columns = [c for c in headline if any(v.get(c[1:]) is not None for v in values.values())]
         header = ["target " + target, *(c[0] for c in columns)]
         rows = [[name, *(fmt(v.get((metric, split))) for _, metric, split in columns)] for name, v in values.items()]
         widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=False)]

@@ -1,17 +1,19 @@
 """The report's figures (matplotlib's object API on the Agg canvas: no pyplot state, no display needed).
 
 Per configuration (dataset · model · scenario):
-- `designs_<config>_<metric>_<split>.png` for the main metrics (`FIGURE_METRICS`): per method, box plots of the
-  single-training-seed design A(i₀) (the J unlearning seeds of the smallest training seed i₀, the common practice of
-  one seed 0) and of the multi-training-seed design B (one unlearning seed per training seed), side by side; dashed
-  lines at the retrained model's 25/50/75% quantiles over all its seeds where it has the metric, a grey line at 0
-  for deltas and distances. One panel per target (at most `MAX_PANELS`).
-- `wasserstein_<config>.png`: per main metric, per method a box of W2(A(i), B) over the training seeds i (and the
+- `designs_<config>_<metric>_<split>.png` for the figure metrics (those the catalogue declares a `figure`): per
+  method, box plots of the single-training-seed design A(i₀) (the J unlearning seeds of the smallest training seed
+  i₀, the common practice of one seed 0) and of the multi-training-seed design B (one unlearning seed per training
+  seed), side by side; dashed lines at the retrained model's 25/50/75% quantiles over all its seeds where it has the
+  metric, else a grey line at the metric's ideal where that is a number. One panel per target (at most
+  `MAX_PANELS`).
+- `wasserstein_<config>.png`: per figure metric, per method a box of W2(A(i), B) over the training seeds i (and the
   targets), with the mean 95% permutation-null percentile as a red tick.
-- `variance_<config>.png`: per main metric, per method the training-seed and unlearning-seed components σ_T² and
+- `variance_<config>.png`: per figure metric, per method the training-seed and unlearning-seed components σ_T² and
   σ_U² stacked (averaged over targets), the ICC above each bar.
-- `seed_study_<config>_<target>.png`: Figure 1 of the seed study: retain- and forget-set test accuracy, per method
-  the designs A(i₀) and B side by side, the retrained model's quartiles as lines.
+- `seed_study_<config>_<target>.png`: Figure 1 of the seed study: the figure metrics judged against the retrained
+  model (the image task's forget- and retain-set test accuracy), per method the designs A(i₀) and B side by side,
+  the retrained model's quartiles as lines.
 - `ranks_<config>.png`: per ranked metric, Kendall's τ between each training seed's ranking of the methods and the
   other seeds' ranking, a cross where the best method changed (`seed_design.rank_stability`).
 - `forget_quality_<config>.png`: per method the forgetting quality F of each single-original-model pool A(i) as
@@ -49,13 +51,11 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from unlearnbench.core.catalogue import RETRAINED
 from unlearnbench.core.files import WriteError, atomic_path, make_folder, remove_file
-from unlearnbench.report.compute.analysis import GOLD_STANDARDS, ROLE_ORDER, Study, label, matching
+from unlearnbench.report.compute.analysis import ROLE_ORDER, Study, matching
+from unlearnbench.report.compute.seed_design import rank_label
 
-FIGURE_METRICS = [("acc", "forget_test"), ("acc", "retain_test"), ("delta_acc", "forget_test"),
-                  ("delta_mia", "forget_train"), ("activation_distance", "forget_train"), ("layer_distance", ""),
-                  ("ndcg@10", ""),  # the ranking task: its last round
-                  ("forget_quality", "forget"), ("model_utility", ""), ("privleak", "forget")]  # the text task
 MAX_PANELS = 6
 DPI = 90
 COLOURS = {"A": "#4C72B0", "B": "#DD8452"}
@@ -90,10 +90,10 @@ def _panels(count: int, width: float = 4.2, height: float = 3.4) -> tuple[Figure
 
 
 def designs(study: Study, folder: Path) -> list[Path]:
-    paths = []
+    paths, catalogue = [], study.catalogue
     for ident, part in configurations(study, study.values):
         config = " · ".join(map(str, ident))
-        for metric, split in FIGURE_METRICS:
+        for metric, split in catalogue.roles("figure"):
             rows = part[(part["metric"] == metric) & (part["split"] == split)]
             unlearned = rows[rows["role"] == "unlearned"]
             if unlearned.empty:
@@ -102,15 +102,17 @@ def designs(study: Study, folder: Path) -> list[Path]:
             figure, axes = _panels(len(targets))
             handles: list = []
             for axis, target in zip(axes, targets, strict=True):
-                handles = _design_panel(axis, rows[rows["target"] == target], metric) or handles
+                handles = _design_panel(axis, rows[rows["target"] == target], catalogue.ideal(metric)) or handles
                 axis.set_title(f"target {target}", fontsize=9)
-            figure.suptitle(f"{config}: {label(metric, split)}, design A(i₀) vs B", fontsize=10)
+            figure.suptitle(f"{config}: {catalogue.label(metric, split)}, design A(i₀) vs B", fontsize=10)
             paths.append(_save(figure, folder / f"designs_{slug('_'.join(map(str, ident)))}_{slug(metric)}"
                                                 f"{'_' + slug(split) if split else ''}.png", handles))
     return paths
 
 
-def _design_panel(axis, rows: pd.DataFrame, metric: str) -> list:
+def _design_panel(axis, rows: pd.DataFrame, ideal: float | str | None) -> list:
+    """Box plots of both designs per method; the retrained model's quartiles, or else the metric's ideal as a grey
+    line where it is a number."""
     unlearned = rows[rows["role"] == "unlearned"].sort_values(["seed_train", "seed_unlearn", "seed_eval"])
     methods = sorted(set(unlearned["method"]))
     first_seed = unlearned["seed_train"].min()
@@ -134,8 +136,8 @@ def _design_panel(axis, rows: pd.DataFrame, metric: str) -> list:
     if len(retrained):
         for q, style in zip(np.quantile(retrained, [0.25, 0.5, 0.75]), (":", "--", ":"), strict=True):
             axis.axhline(q, color="black", linestyle=style, linewidth=1)
-    elif metric.startswith("delta_") or metric.endswith("distance") or metric == "js_divergence":
-        axis.axhline(0.0, color="grey", linewidth=1)
+    elif isinstance(ideal, int | float):
+        axis.axhline(ideal, color="grey", linewidth=1)
     axis.set_xticks(range(len(methods)))
     axis.set_xticklabels(methods, rotation=30, ha="right", fontsize=8)
     handles = [Patch(color=COLOURS["A"], label=f"A(i₀): training seed {first_seed}, its unlearning seeds"),
@@ -151,7 +153,8 @@ def wasserstein(study: Study, folder: Path) -> list[Path]:
     summary = study.wasserstein
     for ident, part in configurations(study, by_seed):
         part = part[part["role"] == "unlearned"]
-        metrics = [(m, s) for m, s in FIGURE_METRICS if ((part["metric"] == m) & (part["split"] == s)).any()]
+        metrics = [(m, s) for m, s in study.catalogue.roles("figure")
+                   if ((part["metric"] == m) & (part["split"] == s)).any()]
         if not metrics:
             continue
         config_rows = matching(summary, dict(zip(study.keys, ident, strict=True)))
@@ -167,7 +170,7 @@ def wasserstein(study: Study, folder: Path) -> list[Path]:
                 axis.plot([k - 0.3, k + 0.3], [null, null], color="red", linewidth=1.5)
             axis.set_xticks(range(len(methods)))
             axis.set_xticklabels(methods, rotation=30, ha="right", fontsize=8)
-            axis.set_title(label(metric, split), fontsize=9)
+            axis.set_title(study.catalogue.label(metric, split), fontsize=9)
             axis.set_ylabel("W2(A(i), B₋ᵢ)", fontsize=8)
         figure.suptitle(f"{' · '.join(map(str, ident))}: W2(A(i), B₋ᵢ) over training seeds i and targets",
                         fontsize=10)
@@ -180,8 +183,8 @@ def variance(study: Study, folder: Path) -> list[Path]:
     paths = []
     for ident, part in configurations(study, study.variance):
         part = part[part["role"] == "unlearned"]
-        metrics = [(m, s) for m, s in FIGURE_METRICS if ((part["metric"] == m) & (part["split"] == s)
-                                                         & part["sigma_t2"].notna()).any()]
+        metrics = [(m, s) for m, s in study.catalogue.roles("figure")
+                   if ((part["metric"] == m) & (part["split"] == s) & part["sigma_t2"].notna()).any()]
         if not metrics:
             continue
         figure, axes = _panels(len(metrics), width=4.0, height=3.2)
@@ -198,7 +201,7 @@ def variance(study: Study, folder: Path) -> list[Path]:
                     axis.text(k, total, f"ICC {t2 / total:.2f}", ha="center", va="bottom", fontsize=7)
             axis.set_xticks(positions)
             axis.set_xticklabels(list(means.index), rotation=30, ha="right", fontsize=8)
-            axis.set_title(label(metric, split), fontsize=9)
+            axis.set_title(study.catalogue.label(metric, split), fontsize=9)
             top = float(np.nanmax((means["sigma_t2"] + means["sigma_u2"]).to_numpy(), initial=0.0))
             if top > 0:
                 axis.set_ylim(0, top * 1.15)
@@ -235,7 +238,8 @@ def trajectories(study: Study, folder: Path) -> list[Path]:
             axes[0][1].set_title("B: one unlearning seed per training seed", fontsize=9)
             for axis in axes[-1]:
                 axis.set_xlabel("round", fontsize=8)
-            figure.suptitle(f"{' · '.join(map(str, ident))}, target {target}: {label(metric, split)} per round "
+            figure.suptitle(f"{' · '.join(map(str, ident))}, target {target}: "
+                            f"{study.catalogue.label(metric, split)} per round "
                             "(thin: one run; thick: mean ± std)", fontsize=10)
             name = (f"trajectory_{slug('_'.join(map(str, ident)))}_{slug(metric)}{'_' + slug(split) if split else ''}"
                     f"_{slug(str(target))}")
@@ -254,24 +258,32 @@ def _run_lines(axis, runs: pd.DataFrame, colour: str) -> None:
     axis.tick_params(labelsize=7)
 
 
-STUDY_METRICS = [("acc", "retain_test"), ("acc", "forget_test")]
+def study_metrics(study: Study, part: pd.DataFrame) -> list[tuple[str, str]]:
+    """The figure metrics judged against the retrained model that a configuration records (the image task's
+    forget- and retain-set test accuracy): what Figure 1 of the seed study shows."""
+    catalogue = study.catalogue
+    return [(m, s) for m, s in catalogue.roles("figure") if catalogue.ideal(m) == RETRAINED
+            and ((part["metric"] == m) & (part["split"] == s)).any()]
 
 
 def seed_study(study: Study, folder: Path) -> list[Path]:
-    """Figure 1 of the seed study, per configuration and target (at most `MAX_PANELS` targets): retain-set and
-    forget-set test accuracy of every method, the single-training-seed design A(i₀) and the multi-training-seed
-    design B side by side, the retrained model's quartiles as horizontal lines."""
+    """Figure 1 of the seed study, per configuration and target (at most `MAX_PANELS` targets): the study metrics
+    (`study_metrics`) of every method, the single-training-seed design A(i₀) and the multi-training-seed design B
+    side by side, the retrained model's quartiles as horizontal lines."""
     paths = []
     for ident, part in configurations(study, study.values):
-        chosen = part[pd.MultiIndex.from_frame(part[["metric", "split"]]).isin(STUDY_METRICS)]
+        metrics = study_metrics(study, part)
+        if not metrics:
+            continue
+        chosen = part[pd.MultiIndex.from_frame(part[["metric", "split"]]).isin(metrics)]
         for target in list(dict.fromkeys(chosen[chosen["role"] == "unlearned"]["target"]))[:MAX_PANELS]:
-            figure, axes = _panels(len(STUDY_METRICS), width=5.5, height=3.6)
+            figure, axes = _panels(len(metrics), width=5.5, height=3.6)
             handles: list = []
-            for axis, (metric, split) in zip(axes, STUDY_METRICS, strict=True):
+            for axis, (metric, split) in zip(axes, metrics, strict=True):
                 rows = chosen[(chosen["target"] == target) & (chosen["metric"] == metric)
                               & (chosen["split"] == split)]
-                handles = _design_panel(axis, rows, metric) or handles
-                axis.set_title(label(metric, split), fontsize=9)
+                handles = _design_panel(axis, rows, RETRAINED) or handles
+                axis.set_title(study.catalogue.label(metric, split), fontsize=9)
             figure.suptitle(f"{' · '.join(map(str, ident))}, target {target}: one training seed against many",
                             fontsize=10)
             name = f"seed_study_{slug('_'.join(map(str, ident)))}_{slug(str(target))}.png"
@@ -296,7 +308,7 @@ def ranks(study: Study, folder: Path) -> list[Path]:
             axis.set_ylim(-1.05, 1.05)
             axis.set_xlabel("training seed i", fontsize=8)
             axis.set_ylabel("Kendall τ, A(i) vs the other seeds", fontsize=8)
-            axis.set_title(f"ranked by |{label(metric, split)}|", fontsize=9)
+            axis.set_title(f"ranked by {rank_label(metric, split, study.catalogue)}", fontsize=9)
         figure.suptitle(f"{' · '.join(map(str, ident))}: how one training seed ranks the methods", fontsize=10)
         handles = [Line2D([], [], color="black", marker="x", linestyle="", label="best method changed")]
         paths.append(_save(figure, folder / f"ranks_{slug('_'.join(map(str, ident)))}.png", handles))
@@ -322,7 +334,8 @@ def leaderboard(study: Study, folder: Path) -> list[Path]:
         axis = figure.add_axes((0.17, 0.04, 0.66, 0.8))  # room for the method names either side
         scikit_posthocs.critical_difference_diagram(ranks, significance, alpha=ALPHA, ax=axis)
         blocks = len(board.ranks[(metric, split)])
-        axis.set_title(f"{' · '.join(map(str, board.config.values()))}: {metric_label(metric, split)} over {blocks} "
+        name = metric_label(metric, split, study.catalogue)
+        axis.set_title(f"{' · '.join(map(str, board.config.values()))}: {name} over {blocks} "
                        f"blocks (bar: no difference, Wilcoxon–Holm α = {ALPHA:g})", fontsize=9)
         paths.append(_save(figure, folder / f"{figure_stem(board.config)}.png"))
     return paths
@@ -345,7 +358,8 @@ def forget_quality(study: Study, folder: Path) -> list[Path]:
             rows = part[part["target"] == target]
             examples = matching(forgetting.by_example, {**dict(zip(study.keys, ident, strict=True)),
                                                         "target": target})
-            methods = [m for m in pd.unique(rows["method"]) if m not in GOLD_STANDARDS]  # retrain: F = 1, M_u = M_r
+            methods = [m for m in pd.unique(rows["method"])  # the gold standards: F = 1, M_u = M_r
+                       if m not in study.catalogue.gold_standards]
             _quality_panel(figure.add_subplot(len(targets), 2, 2 * row + 1), rows, methods, target)
             _epsilon_panel(figure.add_subplot(len(targets), 2, 2 * row + 2), examples, methods, target)
         figure.suptitle(f"{' · '.join(map(str, ident))}: forgetting quality F (NeurIPS 2023 competition)",

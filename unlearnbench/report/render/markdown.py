@@ -1,5 +1,5 @@
 """`report.md`: the tables of a `Study` as Markdown, best values marked, warnings, figures, failed jobs and failed
-methods."""
+methods. Metric labels, ideals, gold standards and the headline columns come from the study's catalogue."""
 
 from __future__ import annotations
 
@@ -8,15 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from unlearnbench.report.compute.analysis import GOLD_STANDARDS, Study, ideal, label, matching
+from unlearnbench.core.catalogue import RETRAINED, Catalogue
+from unlearnbench.report.compute.analysis import Caveat, Study, matching
 from unlearnbench.report.compute.seed_design import rank_label
 from unlearnbench.report.read.collect import describe_numerics, failed_methods
-from unlearnbench.report.render.console import MAIN
 
 MAX_ERROR_LINES = 20
-BEST_RULE = ("**Bold**: the best method per column, among the unlearning methods other than `retrain` and "
-             "`fed_retrain` (M_r itself): closest to 0 for deltas, distances and cost, to 1 for completeness and tow, "
-             "to 0.5 for `mia_loss`, and to the retrained model's mean for acc, loss, MIA and NDCG.")
 VARIANCE_INTRO = ["### Seed variance: training seed (σ_T²) and unlearning seed (σ_U²)", "",
                   "One-way nested random effects; total = σ_T² + σ_U²; ICC = σ_T² / total. σ_T² with the "
                   "Graybill–Wang interval; σ_U² with a studentized bootstrap over training seeds, which holds when "
@@ -40,6 +37,33 @@ PLAN_INTRO = ["### How many seeds to run", "",
               "(`report.target_se`): SE² = σ_T²/I + σ_U²/(IJ), cost = I·c_T + I·J·c_U, with c_T the median time "
               "to train M_o and c_U that of M_r plus the method, both measured in this sweep; J* = √(c_T σ_U² / "
               "(c_U σ_T²)) is the continuous optimum. Every metric in `seed_plan.csv`.", ""]
+
+
+def unbalanced_text(details: dict) -> str:
+    rows = f"{details['rows']} row{'s' if details['rows'] > 1 else ''}"
+    return (f"unbalanced grid ({rows}; methods {', '.join(details['methods'])}): not every training seed has the "
+            "same number of unlearning seeds. σ_T² and σ_U² use the unbalanced one-way ANOVA estimator with the "
+            "effective J = n0; the σ_T² interval is approximate")
+
+
+CAVEAT_TEXT = {  # kind of `analysis.Caveat` → its words, from its details
+    "repeated": lambda d: (f"{d['values']} values of a method appear in more than one job with the same seeds (the "
+                           "same design given twice?): the first job in folder order was kept"),
+    "few_training_seeds": lambda d: (f"fewer than {d['below']} training seeds (I = {', '.join(map(str, d['seeds']))})"
+                                     ": σ_T² is barely identifiable; its interval is wide"),
+    "unbalanced": unbalanced_text,
+    "one_unlearning_seed": lambda d: ("one unlearning seed per training seed (J = 1): only the total variance is "
+                                      "identifiable and there is no single-training-seed design to compare (no W2)"),
+    "one_training_seed": lambda d: ("one training seed (I = 1): only σ_U² is identifiable and there is no "
+                                    "multi-training-seed design to compare (no W2)"),
+    "no_w2": lambda d: ("no row has both three training seeds and a training seed with two unlearning seeds: no W2 "
+                        "(A(i) is compared with B without seed i, which needs two other training seeds)"),
+}
+
+
+def caveat_text(caveat: Caveat) -> str:
+    """A design caveat of the study (`analysis.prepare`, `analysis.design_warnings`) as the report's warning."""
+    return CAVEAT_TEXT[caveat.kind](caveat.details)
 
 
 def fmt(value: float | None) -> str:
@@ -69,21 +93,21 @@ def row_name(role: str, method: str) -> str:
     return method if role == "unlearned" else f"({role})"
 
 
-def best_methods(table: pd.DataFrame, metric: str, split: str) -> set[str]:
+def best_methods(table: pd.DataFrame, metric: str, split: str, catalogue: Catalogue) -> set[str]:
     """The unlearning methods (not the retrained gold standard) whose mean is closest to the metric's ideal (ties: all
     of them). The retrained reference is M_r's row, or its method's row where retraining is a method (`fed_retrain`)."""
-    goal = ideal(metric)
+    goal, gold_standards = catalogue.ideal(metric), catalogue.gold_standards
     if goal is None:
         return set()
     rows = table[(table["metric"] == metric) & (table["split"] == split)]
-    if goal == "retrained":
-        gold = (rows["role"] == "unlearned") & rows["method"].isin(GOLD_STANDARDS)
+    if goal == RETRAINED:
+        gold = (rows["role"] == "unlearned") & rows["method"].isin(gold_standards)
         reference = rows[rows["role"] == "retrained"]["mean"].dropna()
         reference = reference if not reference.empty else rows[gold]["mean"].dropna()
         if reference.empty:
             return set()
         goal = float(reference.iloc[0])
-    candidates = rows[(rows["role"] == "unlearned") & ~rows["method"].isin(GOLD_STANDARDS)].dropna(subset=["mean"])
+    candidates = rows[(rows["role"] == "unlearned") & ~rows["method"].isin(gold_standards)].dropna(subset=["mean"])
     if len(candidates) < 2:
         return set()
     distance = (candidates["mean"] - goal).abs()
@@ -96,15 +120,35 @@ def section_title(ident: tuple) -> str:
     return " · ".join(f"{value}" for value in ident[:-1]) + f" — target {ident[-1]}"
 
 
-def section_columns(table: pd.DataFrame) -> list[tuple[str, str, str]]:
-    """(header, metric, split) of the main metrics a section has: its short tables' columns."""
-    return [(h, m, s) for h, m, s in MAIN if ((table["metric"] == m) & (table["split"] == s)).any()]
+def section_columns(table: pd.DataFrame, catalogue: Catalogue) -> list[tuple[str, str, str]]:
+    """(label, metric, split) of the headline metrics a section has: its short tables' columns."""
+    return [(h, m, s) for h, m, s in catalogue.headline() if ((table["metric"] == m) & (table["split"] == s)).any()]
 
 
-def main_section(table: pd.DataFrame, columns: list[tuple[str, str, str]]) -> list[str]:
-    """Mean ± std across training seeds per method for the main metrics (rows: M_o, M_r, then every method)."""
+def goal_words(goal: float | str) -> str:
+    return "the retrained model's mean" if goal == RETRAINED else f"{goal:g}"
+
+
+def best_rule(columns: list[tuple[str, str, str]], catalogue: Catalogue) -> list[str]:
+    """The line that says which value of each of the section's columns is bold (none where no column has an
+    ideal)."""
+    by_ideal: dict = {}
+    for _, metric, _ in columns:
+        if catalogue.ideal(metric) is not None:
+            by_ideal.setdefault(catalogue.ideal(metric), {})[catalogue.label(metric, None)] = None
+    if not by_ideal:
+        return []
+    goals = [f"{goal_words(goal)} for {', '.join(labels)}" for goal, labels in by_ideal.items()]
+    gold = " and ".join(f"`{method}`" for method in sorted(catalogue.gold_standards))
+    among = f" other than {gold} (M_r itself)" if gold else ""
+    return [f"**Bold**: the best method per column, among the unlearning methods{among}: closest to "
+            f"{'; to '.join(goals)}.", ""]
+
+
+def main_section(table: pd.DataFrame, columns: list[tuple[str, str, str]], catalogue: Catalogue) -> list[str]:
+    """Mean ± std across training seeds per method for the headline metrics (rows: M_o, M_r, then every method)."""
     names = list(dict.fromkeys(zip(table["role"], table["method"], strict=True)))
-    best = {(m, s): best_methods(table, m, s) for _, m, s in columns}
+    best = {(m, s): best_methods(table, m, s, catalogue) for _, m, s in columns}
     rows = []
     for role, method in names:
         mine = table[(table["role"] == role) & (table["method"] == method)]
@@ -122,25 +166,6 @@ def main_section(table: pd.DataFrame, columns: list[tuple[str, str, str]]) -> li
     return md_table(["", *(h for h, _, _ in columns), "I", "n"], rows)
 
 
-def all_metrics_section(table: pd.DataFrame) -> list[str]:
-    """Every metric and split (rows) for every model (columns), mean ± std across training seeds."""
-    names = list(dict.fromkeys(zip(table["role"], table["method"], strict=True)))
-    pairs = list(dict.fromkeys(zip(table["metric"], table["split"], strict=True)))
-    cells_of = {}  # (role, method, metric, split) → the first row's mean ± std
-    for row in table.itertuples():
-        cells_of.setdefault((row.role, row.method, row.metric, row.split), mean_std(row.mean, row.std))
-    rows = []
-    for metric, split in pairs:
-        best = best_methods(table, metric, split)
-        cells = [label(metric, split)]
-        for role, method in names:
-            text = cells_of.get((role, method, metric, split))
-            bold = text is not None and role == "unlearned" and method in best
-            cells.append(f"**{text}**" if bold else text or "–")
-        rows.append(cells)
-    return md_table(["metric", *(row_name(r, m) for r, m in names)], rows)
-
-
 def main_rows(frame: pd.DataFrame, columns: list[tuple[str, str, str]]) -> pd.DataFrame:
     """The unlearned models' rows of the section's metrics, in the main table's column order."""
     order = {(m, s): i for i, (_, m, s) in enumerate(columns)}
@@ -150,8 +175,8 @@ def main_rows(frame: pd.DataFrame, columns: list[tuple[str, str, str]]) -> pd.Da
     return chosen.sort_values(["_rank", "method"], kind="stable").drop(columns="_rank")
 
 
-def variance_section(variance: pd.DataFrame, columns: list[tuple[str, str, str]]) -> list[str]:
-    rows = [[r.method, label(r.metric, r.split), str(r.I), fmt(r.J), fmt(r.total),
+def variance_section(variance: pd.DataFrame, columns: list[tuple[str, str, str]], catalogue: Catalogue) -> list[str]:
+    rows = [[r.method, catalogue.label(r.metric, r.split), str(r.I), fmt(r.J), fmt(r.total),
              interval(r.sigma_t2, r.sigma_t2_low, r.sigma_t2_high),
              interval(r.sigma_u2, r.sigma_u2_low, r.sigma_u2_high),
              "–" if math.isnan(r.sigma_u2_chi2_low) else f"[{fmt(r.sigma_u2_chi2_low)}, {fmt(r.sigma_u2_chi2_high)}]",
@@ -172,8 +197,8 @@ def spread(row) -> str:
     return f"{fmt(row.var_by_seed_min)}–{fmt(row.var_by_seed_max)}{deterministic}"
 
 
-def rank_section(ranks: pd.DataFrame) -> list[str]:
-    rows = [[rank_label(r.metric, r.split), r.best_all, str(r.I), str(r.methods),
+def rank_section(ranks: pd.DataFrame, catalogue: Catalogue) -> list[str]:
+    rows = [[rank_label(r.metric, r.split, catalogue), r.best_all, str(r.I), str(r.methods),
              f"{r.p_best_changes:.0%} [{r.p_low:.0%}, {r.p_high:.0%}]",
              f"{fmt(r.tau_mean)} [{fmt(r.tau_min)}, {fmt(r.tau_max)}]"] for r in ranks.itertuples()]
     if not rows:
@@ -191,7 +216,8 @@ def grid_size(values: pd.DataFrame) -> str:
     return f"I = {len(per_seed)}, J = {int(per_seed.max())}"
 
 
-def plan_section(plans: pd.DataFrame, columns: list[tuple[str, str, str]], grid: str) -> list[str]:
+def plan_section(plans: pd.DataFrame, columns: list[tuple[str, str, str]], grid: str,
+                 catalogue: Catalogue) -> list[str]:
     """The seed plan of the rows where σ_T² and σ_U² are both estimated; one line where none is."""
     chosen = [(h, m, s) for h, m, s in columns if m != "time_s"]
     planned = main_rows(plans.assign(role="unlearned"), chosen)
@@ -201,7 +227,7 @@ def plan_section(plans: pd.DataFrame, columns: list[tuple[str, str, str]], grid:
     if identified.empty:
         return [f"How many seeds to run: not identifiable from this grid: {grid} (σ_T² needs two training seeds, "
                 f"σ_U² two unlearning seeds of one; `seed_plan.csv`)."]
-    rows = [[r.method, label(r.metric, r.split), fmt(r.sigma_t2), fmt(r.sigma_u2), fmt(r.cost_train_s),
+    rows = [[r.method, catalogue.label(r.metric, r.split), fmt(r.sigma_t2), fmt(r.sigma_u2), fmt(r.cost_train_s),
              fmt(r.cost_unlearn_s), fmt(r.j_star),
              "–" if pd.isna(r.plan_I) else f"{int(r.plan_I)} × {int(r.plan_J)}", fmt(r.plan_se), fmt(r.plan_cost_s),
              r.note] for r in identified.itertuples()]
@@ -209,8 +235,9 @@ def plan_section(plans: pd.DataFrame, columns: list[tuple[str, str, str]], grid:
                     rows)
 
 
-def wasserstein_section(wasserstein: pd.DataFrame, columns: list[tuple[str, str, str]]) -> list[str]:
-    rows = [[r.method, label(r.metric, r.split), f"{fmt(r.w2_mean)} [{fmt(r.w2_min)}, {fmt(r.w2_max)}]",
+def wasserstein_section(wasserstein: pd.DataFrame, columns: list[tuple[str, str, str]],
+                        catalogue: Catalogue) -> list[str]:
+    rows = [[r.method, catalogue.label(r.metric, r.split), f"{fmt(r.w2_mean)} [{fmt(r.w2_min)}, {fmt(r.w2_max)}]",
              fmt(r.null_95_mean), f"{r.share_above_null:.0%}", str(r.I), fmt(r.J)]
             for r in main_rows(wasserstein, columns).itertuples()]
     if not rows:
@@ -279,7 +306,7 @@ LEADERBOARD_INTRO = ("Per block (a target and a training seed, the method's valu
 MAX_PAIRS = 12
 
 
-def leaderboard_section(boards: list, figures: dict[str, str]) -> list[str]:
+def leaderboard_section(boards: list, figures: dict[str, str], catalogue: Catalogue) -> list[str]:
     """The leaderboard of each configuration: the methods by mean rank, their intervals and per-metric ranks, the
     tests' verdict (or how many training seeds a test would need), and the critical-difference diagram."""
     from unlearnbench.report.compute.leaderboard import AGGREGATE, figure_stem, main_metric, metric_label
@@ -300,9 +327,9 @@ def leaderboard_section(boards: list, figures: dict[str, str]) -> list[str]:
                   *(fmt(rank_of.get((m, s, r.method))) for m, s in parts)] for r in headline.itertuples()]
         first = headline.iloc[0]
         name = " · ".join(str(v) for v in board.config.values())
-        ranked_by = "" if main == AGGREGATE else f" by {metric_label(main, main_split)}"
+        ranked_by = "" if main == AGGREGATE else f" by {metric_label(main, main_split, catalogue)}"
         lines += [f"### {name}", "", *md_table(["method", f"mean rank{ranked_by} [95%]", "P(best)",
-                                                *(metric_label(m, s) for m, s in parts)], table)]
+                                                *(metric_label(m, s, catalogue) for m, s in parts)], table)]
         lines += [verdict(board, (main, main_split), first), ""]
         if figure_stem(board.config) in figures:
             lines += [f"![critical-difference diagram]({figures[figure_stem(board.config)]})", ""]
@@ -343,7 +370,9 @@ def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Pat
              f"{len(failed)} failed).", "", *machines(jobs)]
     if study.values.empty:
         lines += ["No complete job with records was found.", ""]
-    lines += leaderboard_section(study.leaderboard, {p.stem: p.relative_to(out).as_posix() for p in figures})
+    catalogue = study.catalogue
+    lines += leaderboard_section(study.leaderboard, {p.stem: p.relative_to(out).as_posix() for p in figures},
+                                 catalogue)
     if warnings:
         lines += ["## Warnings", "", *(f"- {w}" for w in warnings), ""]
     keys = [*study.keys, "target"]
@@ -353,16 +382,16 @@ def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Pat
         lines += [f"## {section_title(ident)}", "",
                   "### Mean ± std across training seeds", "",
                   "Per training seed the values are averaged over its unlearning seeds; then mean ± std (ddof 1) "
-                  "over the I training seeds; n = values.", "", BEST_RULE, ""]
-        columns = section_columns(part)
-        lines += main_section(part, columns)
+                  "over the I training seeds; n = values.", ""]
+        columns = section_columns(part, catalogue)
+        lines += [*best_rule(columns, catalogue), *main_section(part, columns, catalogue)]
         target_se = study.plans["target_se"].iloc[0] if not study.plans.empty else None
         plan_intro = [line.format(target=fmt(target_se)) for line in PLAN_INTRO]
-        for intro, section in ((VARIANCE_INTRO, variance_section(matching(variance, select), columns)),
-                               (W2_INTRO, wasserstein_section(matching(wasserstein, select), columns)),
-                               (RANK_INTRO, rank_section(matching(study.ranks, select))),
+        for intro, section in ((VARIANCE_INTRO, variance_section(matching(variance, select), columns, catalogue)),
+                               (W2_INTRO, wasserstein_section(matching(wasserstein, select), columns, catalogue)),
+                               (RANK_INTRO, rank_section(matching(study.ranks, select), catalogue)),
                                (plan_intro, plan_section(matching(study.plans, select), columns,
-                                                         grid_size(matching(study.values, select))))):
+                                                         grid_size(matching(study.values, select)), catalogue))):
             lines += [section[0], ""] if len(section) == 1 else [*intro, *section] if section else []
         lines += forget_quality_section(study.forgetting, select)
         lines += ["Every metric and split of every model: `table.csv` (mean ± std across training seeds), "

@@ -1,4 +1,5 @@
-"""One job of the federated ranking task: the same contract as an image job, a different body.
+"""The federated ranking task's bench: the steps of the job loop (`core.job.execute`) for federated online
+learning to rank, one target and no retrained model.
 
     data      <- LETOR query sets (MQ2007 fold or synthetic)
     trained   <- T rounds of federated PDGD with the malicious clients poisoning (or from the cache)
@@ -18,16 +19,17 @@ import torch
 from lightning_fabric import Fabric
 
 from unlearnbench import __version__
+from unlearnbench.core.bench import Bench, Evaluation, Scored
 from unlearnbench.core.components import build
 from unlearnbench.core.errors import UserError
-from unlearnbench.core.job import Diverged, JobPlan, Outcome, cost_scores
-from unlearnbench.runtime import progress
-from unlearnbench.runtime.cache import ModelCache, cache_key
-from unlearnbench.runtime.monitor import CostMonitor
-from unlearnbench.tasks.image.metrics.scoring import finite
+from unlearnbench.core.outcome import Outcome, as_records, cost_scores
+from unlearnbench.core.plan import JobPlan
+from unlearnbench.core.result import finite
+from unlearnbench.runtime.cache import ModelCache, cache_key, cached_or_trained
+from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.tasks.ranking.data import LetorData
 from unlearnbench.tasks.ranking.federation import ModelPoisoning, Rounds, Simulator, TrainedFederation, train_federation
-from unlearnbench.tasks.ranking.methods.base import FederatedTask
+from unlearnbench.tasks.ranking.methods.base import FederatedMethod, FederatedTask
 from unlearnbench.tasks.ranking.pdgd import Ndcg, click_model
 
 ONLINE_DISCOUNT = 0.9995
@@ -52,89 +54,115 @@ def finite_rounds(models: np.ndarray) -> int:
     return len(models) if finite.all() else int(np.argmin(finite))
 
 
-def trained_federation(cache: ModelCache, data: LetorData, scenario: ModelPoisoning, model: dict, seed: int,
-                       outcome: Outcome) -> TrainedFederation:
-    """The state after training (final and every stored model, partitions, pointers), from the cache if there;
-    keyed by this machine's numerics too (NumPy's kernels follow the CPU)."""
-    training = {k: v for k, v in vars(scenario).items() if k != "unlearning_rounds"}
-    key = cache_key({"artefact": "federated_ltr", "dataset": data.name, "data": data.fingerprint(), "model": model,
-                     "scenario": training, "seed": seed, "version": __version__, "numerics": outcome.numerics,
-                     "training": TRAINING_REVISION})
+class RankingBench(Bench):
+    """One federated ranking job: LETOR data, one federation poisoned by its malicious clients (the scenario's one
+    target), no forget set drawn and no retrained model (`fed_retrain`, a method, is the gold standard). Every
+    method starts from the trained federation and runs the unlearning rounds (one process: NumPy, no accelerator)."""
 
-    def train() -> tuple[dict[str, torch.Tensor], dict]:
-        start = time.perf_counter()
-        state = train_federation(data, scenario, model["lr"], seed)
-        meta = {"train_s": time.perf_counter() - start, "seed": seed}
-        return {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in state.as_arrays().items()}, meta
-
-    with outcome.stage(f"original federation (training seed {seed})", "original") as training:
-        entry = cache.get_or_build(key, train)
-        training.note("from the cache" if entry.hit else f"trained, {scenario.rounds} rounds")
-    outcome.cache["original"] = {"key": key, "hit": entry.hit, "train_s": entry.meta.get("train_s")}
-    trained = TrainedFederation(**{name: tensor.numpy() for name, tensor in entry.state.items()})
-    scored = finite_rounds(trained.globals)
-    if scored < len(trained.globals):
-        raise UserError(f"training diverged: the global model's weights are not finite from round {scored} on, so "
-                        f"no method can be compared; lower model.lr")
-    return trained
-
-
-def curve(outcome: Outcome, target: str, method: str | None, role: str, values: np.ndarray, first: int) -> None:
-    """Offline NDCG@10 on the test queries after each round, numbered from `first`."""
-    outcome.records += [{"target": target, "method": method, "role": role, "metric": "ndcg@10", "split": None,
-                         "round": first + i, "value": finite(float(value))} for i, value in enumerate(values)]
-
-
-def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
-    """The job's work (one process: NumPy, no accelerator); errors are caught and reported."""
-    outcome = Outcome.begin(fabric, plan)
-    config, seeds = plan.config, plan.config["seeds"]
-    progress.configure(config["runtime"]["progress"], rank_zero=True)
-    with outcome.capture():
+    def __init__(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
+        config = plan.config
+        self.outcome, self.seeds = outcome, config["seeds"]
         with outcome.stage(f"loading {config['dataset']['name']}", "load_data"):
-            data = build(config["dataset"], "dataset").load()
+            self.data: LetorData = build(config["dataset"], "dataset").load()
         scenario = build(config["scenario"], "scenario")
-        model = {k: v for k, v in config["model"].items() if k != "_target_"}
-        if not isinstance(scenario, ModelPoisoning) or "lr" not in model:
+        self.model = {k: v for k, v in config["model"].items() if k != "_target_"}
+        if not isinstance(scenario, ModelPoisoning) or "lr" not in self.model:
             raise UserError(f"the ranking task runs model=linear_ranker in scenario=model_poisoning (not "
-                            f"{model.get('name')} in {scenario.name}): use experiment=foltr")
-        methods = [build(m, "method") for m in plan.methods]
-        trained = trained_federation(ModelCache(config["paths"]["cache_dir"]), data, scenario, model,
-                                     seeds["train"], outcome)
-        ndcg = Ndcg(data.test.features, data.test.labels)
-        target = scenario.target
-        with outcome.stage("evaluation of the original federation", "evaluation:original"):
-            curve(outcome, target, None, "original", ndcg.curve(trained.globals), 0)
-        outcome.add(target, None, "original", {("online_ndcg", None): discounted(trained.online),
-                                               ("time_s", None): outcome.cache["original"]["train_s"]})
-        task = FederatedTask(data, scenario, Simulator(data.train, click_model(scenario.click_model), model["lr"]),
-                             seeds["train"], seeds["unlearn"])
-        monitor = CostMonitor(torch.device("cpu"))
-        for method in methods:
-            with outcome.isolated(target, method.name):
-                with outcome.stage(method.name, f"method:{method.name}"), monitor.measure() as cost:
-                    rounds = method.unlearn(trained, task)
-                with outcome.stage(f"evaluation of {method.name}", f"evaluation:{method.name}"):
-                    score_method(outcome, target, method.name, trained, rounds, ndcg,
-                                 cost_scores(method.cost(cost, task)))
-    return outcome
+                            f"{self.model.get('name')} in {scenario.name}): use experiment=foltr")
+        self.scenario: ModelPoisoning = scenario
+        self.methods = [build(m, "method") for m in plan.methods]
+        self.targets = [scenario.target]
+        self.cache = ModelCache(config["paths"]["cache_dir"])
+        self.ndcg = Ndcg(self.data.test.features, self.data.test.labels)
+        simulator = Simulator(self.data.train, click_model(scenario.click_model), self.model["lr"])
+        self.task = FederatedTask(self.data, scenario, simulator, self.seeds["train"], self.seeds["unlearn"])
+        self.monitor = CostMonitor(torch.device("cpu"))
+        self.original_ndcg: np.ndarray | None = None  # after every training round (`original`)
+
+    def original(self) -> TrainedFederation:
+        """The state after training (final and every stored model, partitions, pointers), from the cache if there,
+        and its NDCG@10 after every training round; keyed by this machine's numerics too (NumPy's kernels follow the
+        CPU)."""
+        data, scenario, seed = self.data, self.scenario, self.seeds["train"]
+        training = {k: v for k, v in vars(scenario).items() if k != "unlearning_rounds"}
+        key = cache_key({"artefact": "federated_ltr", "dataset": data.name, "data": data.fingerprint(),
+                         "model": self.model, "scenario": training, "seed": seed, "version": __version__,
+                         "numerics": self.outcome.numerics, "training": TRAINING_REVISION})
+
+        def train() -> tuple[dict[str, torch.Tensor], dict]:
+            start = time.perf_counter()
+            state = train_federation(data, scenario, self.model["lr"], seed)
+            meta = {"train_s": time.perf_counter() - start, "seed": seed}
+            return {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in state.as_arrays().items()}, meta
+
+        provided = cached_or_trained(self.cache, key, train,
+                                     self.outcome.stage(f"original federation (training seed {seed})", "original"),
+                                     lambda meta: f"trained, {scenario.rounds} rounds")
+        self.outcome.cache["original"] = provided.record
+        trained = TrainedFederation(**{name: tensor.numpy() for name, tensor in provided.entry.state.items()})
+        scored = finite_rounds(trained.globals)
+        if scored < len(trained.globals):
+            raise UserError(f"training diverged: the global model's weights are not finite from round {scored} on, "
+                            f"so no method can be compared; lower model.lr")
+        with self.outcome.stage("evaluation of the original federation", "evaluation:original"):
+            self.original_ndcg = self.ndcg.curve(trained.globals)
+        return trained
+
+    def split(self, target: str) -> None:
+        """None: the forget set is the malicious clients' contributions, fixed by the scenario."""
+
+    def retrained(self, target: str, splits: None) -> None:
+        """None: no retrained model (the `fed_retrain` method retrains without the malicious clients)."""
+
+    def evaluation(self, target: str, splits: None, original: TrainedFederation,
+                   retrained: None) -> RankingEvaluation:
+        return RankingEvaluation(self, target, original)
+
+    def unlearn(self, method: FederatedMethod, target: str, splits: None, original: TrainedFederation,
+                retrained: None) -> tuple[Rounds, Cost]:
+        """The method's unlearning rounds from the trained federation, timed with memory and utilisation sampled;
+        its clients' streams from the unlearning seed."""
+        with self.outcome.stage(method.name, f"method:{method.name}"), self.monitor.measure() as cost:
+            rounds = method.unlearn(original, self.task)
+        return rounds, method.cost(cost, self.task)
 
 
-def score_method(outcome: Outcome, target: str, method: str, trained: TrainedFederation, rounds: Rounds,
-                 ndcg: Ndcg, costs: dict) -> None:
-    """A method's records: NDCG@10 after each unlearning round, online NDCG, ‖w_T − w‖ and its cost. A method whose
-    weights turned non-finite is `Diverged`: NDCG@10 null from that round on, online NDCG and distance null (they
-    would be numbers of a broken model), its cost kept; the job goes on with the next method."""
-    models = np.array(rounds.globals).reshape(len(rounds.globals), len(trained.final))
-    scored = finite_rounds(models)
-    values = np.concatenate([ndcg.curve(models[:scored]), np.full(len(models) - scored, np.nan)])
-    curve(outcome, target, method, "unlearned", values, len(trained.globals))
-    final = models[-1] if len(models) else trained.final
-    scores = {("online_ndcg", None): discounted(rounds.online),
-              ("weight_distance", None): float(np.linalg.norm(trained.final - final))}
-    if scored < len(models):
-        scores = dict.fromkeys(scores)
-    outcome.add(target, method, "unlearned", scores | costs)
-    if scored < len(models):
-        raise Diverged(f"{method} diverged: its weights are not finite from round {len(trained.globals) + scored} on "
-                       f"(unlearning round {scored + 1}); its metrics are null")
+class RankingEvaluation(Evaluation):
+    """NDCG@10 on the test queries after every round: the original federation's (rounds 0..T), then each method's
+    after its unlearning rounds (T+1..T+U), with online NDCG and ‖w_T − w‖."""
+
+    def __init__(self, bench: RankingBench, target: str, trained: TrainedFederation) -> None:
+        self.bench, self.target, self.trained = bench, target, trained
+
+    def references(self) -> list[dict]:
+        """The original federation's curve, online NDCG and training time (from the cache record)."""
+        return (curve(self.target, None, "original", self.bench.original_ndcg, 0)
+                + as_records(self.target, None, "original",
+                             {("online_ndcg", None): discounted(self.trained.online),
+                              ("time_s", None): self.bench.outcome.cache["original"]["train_s"]}))
+
+    def unlearned(self, method: str, rounds: Rounds, cost: Cost) -> Scored:
+        """A method's records: NDCG@10 after each unlearning round, online NDCG, ‖w_T − w‖ and its cost. A method
+        whose weights turned non-finite has diverged: NDCG@10 null from that round on, online NDCG and distance null
+        (they would be numbers of a broken model), its cost kept."""
+        trained = self.trained
+        with self.bench.outcome.stage(f"evaluation of {method}", f"evaluation:{method}"):
+            models = np.array(rounds.globals).reshape(len(rounds.globals), len(trained.final))
+            scored = finite_rounds(models)
+            values = np.concatenate([self.bench.ndcg.curve(models[:scored]), np.full(len(models) - scored, np.nan)])
+            final = models[-1] if len(models) else trained.final
+            scores = {("online_ndcg", None): discounted(rounds.online),
+                      ("weight_distance", None): float(np.linalg.norm(trained.final - final))}
+        records = curve(self.target, method, "unlearned", values, len(trained.globals))
+        if scored == len(models):
+            return Scored(records + as_records(self.target, method, "unlearned", scores | cost_scores(cost)))
+        nulls = as_records(self.target, method, "unlearned", dict.fromkeys(scores) | cost_scores(cost))
+        return Scored(records + nulls, f"{method} diverged: its weights are not finite from round "
+                                       f"{len(trained.globals) + scored} on (unlearning round {scored + 1}); its "
+                                       f"metrics are null")
+
+
+def curve(target: str, method: str | None, role: str, values: np.ndarray, first: int) -> list[dict]:
+    """Offline NDCG@10 on the test queries after each round, numbered from `first`."""
+    return [{"target": target, "method": method, "role": role, "metric": "ndcg@10", "split": None,
+             "round": first + i, "value": finite(float(value))} for i, value in enumerate(values)]

@@ -1,5 +1,5 @@
-"""One job of the text task (TOFU-format question answering with a causal LM): the image job's contract, its body
-for language models.
+"""The text task's bench (TOFU-format question answering with a causal LM): the steps of the job loop
+(`core.job.execute`) for language models.
 
     data, tokenizer <- dataset.load(), model.tokenizer(the data's text)
     M_o  <- the base model fine-tuned on full ∪ general sets with the training seed (or from the cache)
@@ -7,10 +7,11 @@ for language models.
         D_f, D_r <- scenario.split(forget seed)
         M_r <- the base model fine-tuned on D_r ∪ general sets with the unlearning seed (or from the cache)
         records += M_r's and M_o's metrics; forget quality and privleak against M_r's
+        records += relearn time of copies of M_o and M_r on the forget records (`evaluation.relearn`, opt-in)
         for each method a:
             M_u <- a(copy of M_o)                      timed; memory and utilisation sampled
-            records += M_u's metrics; examples += M_o's, M_r's, M_u's per-example outputs (examples.parquet)
-            records += relearn time of copies of M_o, M_r, M_u on the forget records (`evaluation.relearn`, opt-in)
+            records += M_u's metrics, the relearn time of a copy of M_u
+            examples += M_o's, M_r's, M_u's per-example outputs (examples.parquet)
 """
 
 from __future__ import annotations
@@ -25,18 +26,19 @@ from lightning_fabric.strategies import FSDPStrategy
 from torch import nn
 
 from unlearnbench import __version__
+from unlearnbench.core.bench import Bench, Evaluation, Scored
 from unlearnbench.core.components import build, target_of
 from unlearnbench.core.errors import UserError
-from unlearnbench.core.job import Diverged, JobPlan, Outcome, cost_scores, relearn_stage, unit_name, watch
+from unlearnbench.core.outcome import Diverged, Outcome, as_records, cost_scores
+from unlearnbench.core.plan import JobPlan
+from unlearnbench.core.relearn import RelearnSettings
 from unlearnbench.runtime import progress
-from unlearnbench.runtime.cache import ModelCache, cache_key
-from unlearnbench.runtime.fabric import quiet_known_warnings
+from unlearnbench.runtime.cache import ModelCache, cache_key, cached_or_trained
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.seeding import global_seed, streams
 from unlearnbench.runtime.train import NonFiniteStep
-from unlearnbench.tasks.image.metrics.relearn import RelearnSettings
 from unlearnbench.tasks.text.data import IDK_ANSWERS, TextData
-from unlearnbench.tasks.text.evaluate import FORGET, TextEvaluator, TextExamples, model_scores
+from unlearnbench.tasks.text.evaluate import TextEvaluator, TextExamples, model_scores
 from unlearnbench.tasks.text.methods.base import TextMethod, TextTask
 from unlearnbench.tasks.text.model import CausalLM
 from unlearnbench.tasks.text.relearn import TextRelearning, bare_copy
@@ -70,8 +72,8 @@ def subclass(config: dict, kind: str, base: type) -> bool:
     return isinstance(target, type) and issubclass(target, base)
 
 
-class TextBench:
-    """What the stages of one text job share: data, tokenizer, encoder, model store, evaluator and monitor."""
+class TextBench(Bench):
+    """What the stages of one text job share: data, tokenizer, encoder, model cache and monitor."""
 
     def __init__(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
         config = plan.config
@@ -102,6 +104,8 @@ class TextBench:
             raise UserError(f"evaluation.relearn copies each model whole, which strategy={config['strategy']['name']} "
                             f"splits across ranks; for relearn time use strategy single, ddp, ddp_spawn or "
                             f"deepspeed_stage_1/2")
+        if config["evaluation"]["examples"]:
+            outcome.examples = TextExamples(0, outcome.dataset["fingerprint"])
 
     def items(self, records: list[dict]) -> Items:
         try:
@@ -124,19 +128,18 @@ class TextBench:
                     "records": len(records), "curve": run.curve}
             return self.model.trained_state(self.fabric, model), meta
 
-        with self.outcome.stage(title, stage) as training:
-            try:
-                entry = self.cache.get_or_build(key, train, group=self.fabric if self.fabric.world_size > 1 else None)
-            except NonFiniteStep as diverged:  # nothing was published: the cache never holds a diverged model
-                raise UserError(f"the {stage} model diverged in fine-tuning {diverged.where}; lower train.lr") from None
-            training.note("from the cache" if entry.hit else f"fine-tuned, {self.recipe.epochs} epochs")
-        meta = entry.meta
+        try:
+            provided = cached_or_trained(self.cache, key, train, self.outcome.stage(title, stage),
+                                         lambda meta: f"fine-tuned, {self.recipe.epochs} epochs",
+                                         group=self.fabric if self.fabric.world_size > 1 else None)
+        except NonFiniteStep as diverged:  # nothing was published: the cache never holds a diverged model
+            raise UserError(f"the {stage} model diverged in fine-tuning {diverged.where}; lower train.lr") from None
+        state, meta = provided.entry.state, provided.entry.meta
         base_seed = meta.get("base_seed", 0)
-        module = self.fabric.setup_module(self.model.restore(self.tokenizer, entry.state, base_seed))
+        module = self.fabric.setup_module(self.model.restore(self.tokenizer, state, base_seed))
         module.eval()
         cost = Cost(meta.get("time_s"), meta.get("memory_gib"), meta.get("utilisation_pct"))
-        return TunedModel(module, entry.state, base_seed, cost,
-                          {"key": key, "hit": entry.hit, "train_s": meta.get("train_s")}, meta.get("curve"))
+        return TunedModel(module, state, base_seed, cost, provided.record, meta.get("curve"))
 
     def copy(self, tuned: TunedModel) -> nn.Module:
         """A fresh copy of a fine-tuned model, its adapters (if any) merged into its weights."""
@@ -187,9 +190,13 @@ class TextBench:
         if diverged is not None:  # a failure, with the cost it had run up
             self.outcome.add(target, method.name, "unlearned", cost_scores(cost))
             raise Diverged(f"{method.name} diverged {diverged.where}; lower method.lr")
-        if self.outcome.lockstep:
-            self.outcome.lockstep.together(unit_name(target, method.name))
         return unlearned, cost
+
+    def evaluation(self, target: str, splits: TextSplits, original: TunedModel,
+                   retrained: TunedModel) -> TextEvaluation:
+        evaluator = TextEvaluator(self.fabric, self.encoder, splits, self.config["evaluation"]["batch_size"]
+                                  or EVAL_BATCH, self.model.max_new_tokens)
+        return TextEvaluation(self.outcome, evaluator, target, self.positions(splits), original, retrained)
 
     def relearning(self, target: str, splits: TextSplits) -> TextRelearning | None:
         """Relearn time for `target` (text/relearn.py), or None where `evaluation.relearn` is off."""
@@ -220,50 +227,35 @@ class TextBench:
                 "holdout": (np.arange(len(splits.holdout)), labelled["holdout"])}
 
 
-def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
-    """The job's work; errors are caught and reported, one method's failure never takes the others with it."""
-    outcome = Outcome.begin(fabric, plan)
-    quiet_known_warnings()
-    watch(fabric, plan)
-    with outcome.capture():
-        bench = TextBench(fabric, plan, outcome)
-        original = bench.original()
-        if plan.config["evaluation"]["examples"]:
-            outcome.examples = TextExamples(0, outcome.dataset["fingerprint"])
-        for target in outcome.unsettled(bench.targets):
-            with outcome.isolated(target):
-                splits = bench.split(target)
-                retrained = bench.retrained(target, splits)
-                evaluator = TextEvaluator(fabric, bench.encoder, splits, plan.config["evaluation"]["batch_size"]
-                                          or EVAL_BATCH, bench.model.max_new_tokens)
-                positions = bench.positions(splits)
-                with outcome.stage(f"target {target}: evaluation of M_r and M_o", "evaluation:reference"):
-                    out_r, out_o = evaluator.outputs(retrained.module), evaluator.outputs(original.module)
-                outcome.add(target, None, "retrained", model_scores(out_r, out_r) | cost_scores(retrained.cost))
-                outcome.add(target, None, "original", model_scores(out_o, out_r) | cost_scores(original.cost))
-                keep_examples(outcome, target, "retrained", None, out_r, positions)
-                keep_examples(outcome, target, "original", None, out_o, positions)
-                relearning = bench.relearning(target, splits)
-                relearn_stage(outcome, relearning, original.module, target, "original", FORGET)
-                relearn_stage(outcome, relearning, retrained.module, target, "retrained", FORGET)
-                for method in outcome.unsettled(bench.methods, target):
-                    with outcome.isolated(target, method.name):
-                        unlearned, cost = bench.unlearn(method, target, splits, original, retrained)
-                        with outcome.stage(f"target {target}: evaluation of {method.name}",
-                                           f"evaluation:{method.name}"):
-                            out_u = evaluator.outputs(unlearned)
-                        if not all(out.finite() for out in out_u.values()):
-                            outcome.add(target, method.name, "unlearned", cost_scores(cost))
-                            raise Diverged(f"{method.name} diverged: its losses on the evaluated splits are not "
-                                           f"finite; its metrics are left out")
-                        outcome.add(target, method.name, "unlearned", model_scores(out_u, out_r) | cost_scores(cost))
-                        keep_examples(outcome, target, "unlearned", method.name, out_u, positions)
-                        relearn_stage(outcome, relearning, unlearned, target, "unlearned", FORGET, method.name)
-    return outcome
+class TextEvaluation(Evaluation):
+    """One target's scores: M_r's and M_o's evaluated together, every M_u against M_r's (forget quality, privleak)."""
 
+    def __init__(self, outcome: Outcome, evaluator: TextEvaluator, target: str, positions: dict,
+                 original: TunedModel, retrained: TunedModel) -> None:
+        self.outcome, self.evaluator, self.target, self.positions = outcome, evaluator, target, positions
+        self.costs = {"original": cost_scores(original.cost), "retrained": cost_scores(retrained.cost)}
+        with outcome.stage(f"target {target}: evaluation of M_r and M_o", "evaluation:reference"):
+            self.out_r, self.out_o = evaluator.outputs(retrained.module), evaluator.outputs(original.module)
 
-def keep_examples(outcome: Outcome, target: str, role: str, method: str | None, outputs: dict,
-                  positions: dict) -> None:
-    """A model's rows of examples.parquet, unless `evaluation.examples` is off."""
-    if outcome.examples is not None:
-        outcome.examples.add_model(target, role, method, outputs, positions)
+    def references(self) -> list[dict]:
+        self.keep_examples("retrained", None, self.out_r)
+        self.keep_examples("original", None, self.out_o)
+        scores = {"retrained": model_scores(self.out_r, self.out_r), "original": model_scores(self.out_o, self.out_r)}
+        return [record for role, values in scores.items()
+                for record in as_records(self.target, None, role, values | self.costs[role])]
+
+    def unlearned(self, method: str, model: nn.Module, cost: Cost) -> Scored:
+        """M_u's metrics; where its losses are not finite, its cost alone, with the reason."""
+        with self.outcome.stage(f"target {self.target}: evaluation of {method}", f"evaluation:{method}"):
+            out_u = self.evaluator.outputs(model)
+        if not all(out.finite() for out in out_u.values()):
+            return Scored(as_records(self.target, method, "unlearned", cost_scores(cost)),
+                          f"{method} diverged: its losses on the evaluated splits are not finite; its metrics are "
+                          f"left out")
+        self.keep_examples("unlearned", method, out_u)
+        return Scored(as_records(self.target, method, "unlearned", model_scores(out_u, self.out_r) | cost_scores(cost)))
+
+    def keep_examples(self, role: str, method: str | None, outputs: dict) -> None:
+        """A model's rows of examples.parquet, unless `evaluation.examples` is off."""
+        if self.outcome.examples is not None:
+            self.outcome.examples.add_model(self.target, role, method, outputs, self.positions)

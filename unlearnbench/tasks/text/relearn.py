@@ -1,5 +1,4 @@
-"""Relearn time for the text task (unlearnbench/tasks/image/metrics/relearn.py holds the definition and the loop):
-copies of
+"""Relearn time for the text task (unlearnbench/core/relearn.py holds the definition and the loop): copies of
 M_o, M_r and every M_u fine-tuned on the forget records (or `examples` of them, drawn with the evaluation seed)
 with the fine-tuning recipe's AdamW (its weight decay, gradients clipped at 1.0) at a constant rate, every copy on
 the same batches. The loss is the fine-tuning loss, the token-mean NLL of the answers of R; the accuracy is the
@@ -18,9 +17,10 @@ from lightning_fabric.wrappers import is_wrapped
 from torch import nn
 
 from unlearnbench.core.errors import UserError
+from unlearnbench.core.relearn import Measurement, Relearning, RelearnSettings
 from unlearnbench.runtime import interrupt
 from unlearnbench.runtime.seeding import global_seed
-from unlearnbench.tasks.image.metrics.relearn import Measurement, Relearning, RelearnSettings
+from unlearnbench.tasks.text.evaluate import FORGET
 from unlearnbench.tasks.text.losses import sequence_nll, shifted, token_mean_nll
 from unlearnbench.tasks.text.train import Items, answer_tokens, forward, global_mean, set_up_adamw
 from unlearnbench.tasks.text.train import step as update
@@ -81,6 +81,8 @@ class TextLearner:
 class TextRelearning(Relearning):
     """Relearn time for one target of a text job; R is the forget records or a draw of them (`relearn_records`).
     `fresh(model)` returns a plain, trainable copy of a model (adapters merged, fresh ones added where LoRA is on)."""
+
+    split = FORGET
 
     def __init__(self, fabric: Fabric, items: Callable[[list[dict]], Items], forget: list[dict],
                  settings: RelearnSettings, weight_decay: float, seed_eval: int, target: str, eval_batch: int,

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from unlearnbench.core.config import POSITIVE
-from unlearnbench.tasks.image.methods.base import Method, UnlearningTask, setting
 from unlearnbench.runtime.train import cross_entropy_epochs
+from unlearnbench.tasks.image.methods.base import Method, UnlearningTask, setting
 
 
 class NoisyFineTune(Method):

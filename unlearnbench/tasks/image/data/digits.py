@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.core.errors import invalid
 from unlearnbench.tasks.image.data.base import ImageData, ImageSource
 
 
@@ -27,8 +27,8 @@ class Digits(ImageSource):
     def __init__(self, test_fraction: float = 0.2, split_seed: int = 0, **kwargs) -> None:
         super().__init__(**kwargs)
         if not isinstance(test_fraction, int | float) or not 0 < test_fraction < 1:
-            raise UserError(f"dataset {self.name}: test_fraction {test_fraction} is outside (0, 1); at 0 or 1 the "
-                            f"train or the test pool would be empty")
+            raise invalid("test_fraction", f"dataset {self.name}", "in (0, 1) (at 0 or 1 the train or the test pool "
+                          "would be empty)", test_fraction)
         self.test_fraction = test_fraction
         self.split_seed = split_seed
 

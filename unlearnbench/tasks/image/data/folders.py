@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.core.errors import UserError, invalid
 from unlearnbench.core.files import atomic_path, make_folder
 from unlearnbench.tasks.image.data.base import ImageData, ImageSource, one_line
 
@@ -88,11 +88,11 @@ class ImageFolder(ImageSource):
         if (test_fraction is None) == (train_per_class is None):
             raise UserError(f"dataset {name}: set exactly one of dataset.test_fraction and dataset.train_per_class")
         if test_fraction is not None and not 0 < test_fraction < 1:
-            raise UserError(f"dataset {name}: test_fraction {test_fraction} is outside (0, 1)")
+            raise invalid("test_fraction", f"dataset {name}", "in (0, 1)", test_fraction)
         if train_per_class is not None and train_per_class < 1:
-            raise UserError(f"dataset {name}: train_per_class must be at least 1, got {train_per_class}")
+            raise invalid("train_per_class", f"dataset {name}", "at least 1", train_per_class)
         if image_size < 1:
-            raise UserError(f"dataset {name}: image_size must be at least 1, got {image_size}")
+            raise invalid("image_size", f"dataset {name}", "at least 1", image_size)
 
     @property
     def base(self) -> Path:

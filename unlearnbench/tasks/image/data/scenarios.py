@@ -11,7 +11,7 @@ from fractions import Fraction
 import torch
 from torch import Tensor
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.core.errors import UserError, invalid
 from unlearnbench.tasks.image.data.base import ImageData, Subset, full_pool
 
 
@@ -144,7 +144,7 @@ class RandomSample(Scenario):
             raise UserError(f"scenario {self.name}: target '{target}' is not a fraction; "
                             f"give fractions in (0, 1), e.g. scenario.targets=[0.1]") from None
         if not 0 < fraction <= 1:  # (1 itself is told below: it leaves no retained sample)
-            raise UserError(f"scenario {self.name}: fraction {target} is outside (0, 1)")
+            raise invalid("targets", f"scenario {self.name}", "fractions in (0, 1)", target)
         n = data.train_labels.numel()
         if forget_count(str(fraction), n) >= n:
             raise UserError(f"scenario {self.name}: random-sample fraction {fraction} leaves no retained sample "

@@ -29,7 +29,7 @@ from unlearnbench.core.config import Range
 from unlearnbench.runtime.progress import EpochMeter
 from unlearnbench.runtime.train import descend, float_logits
 from unlearnbench.tasks.image.data.base import Subset
-from unlearnbench.tasks.image.methods.base import Method, UnlearningTask, setting
+from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, setting
 
 
 def teacher_targets(flags: Tensor, competent_logits: Tensor, incompetent_logits: Tensor,
@@ -54,7 +54,7 @@ def unlearner_loss(student_logits: Tensor, flags: Tensor, competent_logits: Tens
     return bad_teacher_loss(student_logits, targets, temperature)
 
 
-class BadTeacher(Method):
+class BadTeacher(ImageMethod):
     ranges: ClassVar[dict[str, Range]] = {"retain_fraction": Range(0, 1, low_open=True)}
     deterministic = False
 

@@ -1,23 +1,21 @@
-"""The method interface: `unlearn(model, task)` turns a copy of M_o into M_u.
-
-A method is one module with one class and one YAML in `conf/method/`; the YAML's keys are the constructor's
-arguments. Methods declare the task they serve, whether they are deterministic given M_o (in targeted scenarios),
-and which scenarios they serve.
+"""The image-classification methods' interface: `unlearn(model, task)` turns a copy of M_o into M_u, given an
+`UnlearningTask`; `setting` resolves an option given by model, dataset or scenario. The interface every task shares
+is `unlearnbench.core.method.Method`.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from lightning_fabric import Fabric
 from torch import Tensor, nn
 
-from unlearnbench.core.config import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, option_range_problems
 from unlearnbench.core.errors import UserError
+from unlearnbench.core.method import Method as BaseMethod
 from unlearnbench.runtime.cache import Entry
 from unlearnbench.runtime.monitor import Cost
 from unlearnbench.runtime.seeding import Streams
@@ -88,41 +86,10 @@ def setting(value: Any, task: UnlearningTask) -> Any:
     return value
 
 
-# Ranges of the hyperparameters many methods share, by argument name; a method adds its own in `ranges`.
-SHARED_RANGES: dict[str, Range] = {
-    "epochs": AT_LEAST_1, "lr": POSITIVE, "momentum": Range(0, 1, high_open=True), "weight_decay": AT_LEAST_0,
-    "batch_size": AT_LEAST_1, "forget_batch_size": AT_LEAST_1, "temperature": POSITIVE,
-}
+class ImageMethod(BaseMethod):
+    """The base of the image-classification methods: `unlearn(model, task)` with an `UnlearningTask`."""
 
-
-def leaves(value: Any) -> list:
-    """The plain values of an option that may be a mapping by model, dataset or scenario, or a list."""
-    if isinstance(value, Mapping):
-        return [leaf for item in value.values() for leaf in leaves(item)]
-    if isinstance(value, list | tuple):
-        return [leaf for item in value for leaf in leaves(item)]
-    return [value]
-
-
-class Method(ABC):
-    task: ClassVar[str] = "image_classification"
-    deterministic: ClassVar[bool] = False  # same M_u for every unlearning seed, given M_o, in targeted scenarios
-    ranges: ClassVar[dict[str, Range]] = {}  # this method's own option ranges (besides SHARED_RANGES)
-    keyed_settings: ClassVar[bool] = True  # any option may be a mapping by model, dataset or scenario (`setting`)
-
-    @classmethod
-    def check_options(cls, options: Mapping[str, Any]) -> None:
-        """One `UserError` naming every option outside its range (`components.build` calls this before the
-        constructor, so a bad value fails before any work)."""
-        ranges = dict(SHARED_RANGES)
-        for klass in reversed(cls.__mro__):
-            ranges |= vars(klass).get("ranges", {})
-        problems = option_range_problems("method", ranges, options, leaves)
-        if problems:
-            raise UserError(f"method {options.get('name', cls.__name__)}: {'; '.join(problems)}")
-
-    def __init__(self, name: str) -> None:
-        self.name = name
+    task = "image_classification"
 
     def serves(self, scenario: Scenario) -> bool:
         return True
@@ -131,9 +98,8 @@ class Method(ABC):
     def unlearn(self, model: nn.Module, task: UnlearningTask) -> nn.Module:
         """Return M_u, starting from `model` (a copy of M_o that the method may change in place)."""
 
-    def cost(self, measured: Cost, task: UnlearningTask) -> Cost:
-        """The cost to report: what the monitor measured around `unlearn`, unless the method knows better."""
-        return measured
+
+Method = ImageMethod  # the name an image method derives from in docs/extending.md and its example package
 
 
 def random_other_labels(labels: Tensor, num_classes: int, generator: torch.Generator) -> Tensor:

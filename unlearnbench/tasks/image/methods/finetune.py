@@ -8,10 +8,10 @@ from __future__ import annotations
 from torch import nn
 
 from unlearnbench.runtime.train import cross_entropy_epochs
-from unlearnbench.tasks.image.methods.base import Method, UnlearningTask, setting
+from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, setting
 
 
-class FineTune(Method):
+class FineTune(ImageMethod):
     def __init__(self, name: str, epochs: int = 5, lr: float = 0.02, momentum: float = 0.9,
                  weight_decay: float = 5e-4, batch_size: int = 64) -> None:
         super().__init__(name)

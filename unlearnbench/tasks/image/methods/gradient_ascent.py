@@ -15,10 +15,10 @@ from torch import nn
 
 from unlearnbench.runtime.progress import EpochMeter
 from unlearnbench.runtime.train import descend, float_logits
-from unlearnbench.tasks.image.methods.base import Method, UnlearningTask, setting
+from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, setting
 
 
-class GradientAscent(Method):
+class GradientAscent(ImageMethod):
     def __init__(self, name: str, epochs: int = 5, lr: float = 0.01, momentum: float = 0.9,
                  weight_decay: float = 5e-4, batch_size: int = 256) -> None:
         super().__init__(name)

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from unlearnbench.core.config import AT_LEAST_0, Range
 from unlearnbench.runtime.train import cross_entropy_epochs
-from unlearnbench.tasks.image.methods.base import Method, UnlearningTask, setting
+from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, setting
 
 
 def l1_weight(alpha: float, epoch: int, epochs: int) -> float:
@@ -31,7 +31,7 @@ def l1_norm(params: list[Tensor]) -> Tensor:
     return sum(p.abs().sum(dtype=torch.promote_types(p.dtype, torch.float32)) for p in params)
 
 
-class L1Sparse(Method):
+class L1Sparse(ImageMethod):
     ranges: ClassVar[dict[str, Range]] = {"alpha": AT_LEAST_0}
     def __init__(self, name: str, epochs: int = 10, lr: float = 0.01, momentum: float = 0.9,
                  weight_decay: float = 5e-4, alpha: float = 1e-4, batch_size: int = 256) -> None:

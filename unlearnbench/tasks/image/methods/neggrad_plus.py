@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from unlearnbench.core.config import Range
 from unlearnbench.runtime.train import Batches, descend, float_logits
-from unlearnbench.tasks.image.methods.base import Method, UnlearningTask, setting
+from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, setting
 
 
 def neggrad_loss(model: nn.Module, retain: tuple[Tensor, Tensor], forget: tuple[Tensor, Tensor] | None,
@@ -49,7 +49,7 @@ def endless(batches: Batches) -> Iterator[tuple[Tensor, Tensor]]:
             return
 
 
-class NegGradPlus(Method):
+class NegGradPlus(ImageMethod):
     ranges: ClassVar[dict[str, Range]] = {"alpha": Range(0, 1)}
     def __init__(self, name: str, epochs: int = 10, lr: float = 0.01, momentum: float = 0.9,
                  weight_decay: float = 0.0, alpha: float = 0.95, batch_size: int = 256,

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from unlearnbench.runtime.train import Batches, cross_entropy_epochs
 from unlearnbench.tasks.image.data.base import Subset
-from unlearnbench.tasks.image.methods.base import Method, UnlearningTask, random_other_labels, setting
+from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, random_other_labels, setting
 
 
 def relabelled(task: UnlearningTask) -> tuple[Subset, Tensor]:
@@ -53,7 +53,7 @@ class WithLabels:
             yield inputs, self.labels[positions]
 
 
-class RandomLabels(Method):
+class RandomLabels(ImageMethod):
     deterministic = False
 
     def __init__(self, name: str, epochs: int = 3, lr: float = 1e-4, batch_size: int = 128) -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 from torch import nn
 
 from unlearnbench.runtime.monitor import Cost
-from unlearnbench.tasks.image.methods.base import Method, UnlearningTask
+from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask
 
 
-class Retrain(Method):
+class Retrain(ImageMethod):
     def unlearn(self, model: nn.Module, task: UnlearningTask) -> nn.Module:
         return task.retrained
 

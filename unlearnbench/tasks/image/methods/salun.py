@@ -51,7 +51,7 @@ from torch import Tensor, nn
 from unlearnbench.core.config import Range
 from unlearnbench.runtime.train import Batches, float_logits
 from unlearnbench.tasks.image.data.base import Subset
-from unlearnbench.tasks.image.methods.base import Method, UnlearningTask, random_other_labels, setting
+from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, random_other_labels, setting
 
 ORDERS = ("passes", "mixed")
 RELABELS = ("other", "any")
@@ -125,7 +125,7 @@ def mixed_epoch(trainer: MaskedTrainer, union: Batches, labels: Tensor) -> None:
         trainer.step(inputs, labels[positions])
 
 
-class SalUn(Method):
+class SalUn(ImageMethod):
     ranges: ClassVar[dict[str, Range]] = {"mask_fraction": Range(0, 1, low_open=True),
                                           "order": Range(choices=ORDERS), "relabel": Range(choices=RELABELS)}
 

@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from unlearnbench.core.config import AT_LEAST_0, AT_LEAST_1, Range
 from unlearnbench.runtime.train import Batches, descend, float_logits
-from unlearnbench.tasks.image.methods.base import Method, UnlearningTask, refuse_float16, setting
+from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, refuse_float16, setting
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -56,7 +56,7 @@ def decayed_lr(lr: float, epoch: int, decay_epochs: Sequence[int], rate: float) 
     return lr * rate ** sum(epoch > e for e in decay_epochs)
 
 
-class Scrub(Method):
+class Scrub(ImageMethod):
     ranges: ClassVar[dict[str, Range]] = {"msteps": AT_LEAST_0, "gamma": AT_LEAST_0, "alpha": AT_LEAST_0,
                                           "lr_decay_epochs": AT_LEAST_1, "lr_decay_rate": Range(0, 1, low_open=True),
                                           "optimizer": Range(choices=OPTIMIZERS)}

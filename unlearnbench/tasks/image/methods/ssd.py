@@ -84,7 +84,7 @@ from unlearnbench.runtime.monitor import Cost
 from unlearnbench.runtime.train import Batches, float_logits
 from unlearnbench.tasks.image.data.base import Subset
 from unlearnbench.tasks.image.data.scenarios import FullClass, RandomSample, SubClass
-from unlearnbench.tasks.image.methods.base import Method, UnlearningTask, setting
+from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, setting
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ ORDERINGS: dict[str, Callable[[UnlearningTask], tuple[Subset, Subset]]] = {"refe
                                                                             "dataset": dataset_order}
 
 
-class SSD(Method):
+class SSD(ImageMethod):
     ranges: ClassVar[dict[str, Range]] = {"alpha": AT_LEAST_0, "lam": AT_LEAST_0, "order": Range(choices=ORDERS)}
     deterministic = True
     loss_kind = "cross_entropy"  # the importance's loss (LOSSES) and how gradients accumulate (MAGNITUDES)

@@ -46,7 +46,7 @@ from unlearnbench.runtime.train import batch_count, batch_positions, cross_entro
 from unlearnbench.tasks.image.data.base import Subset
 from unlearnbench.tasks.image.data.scenarios import Scenario, SubClass
 from unlearnbench.tasks.image.data.transforms import Normalizer, to_unit
-from unlearnbench.tasks.image.methods.base import Method, UnlearningTask, setting
+from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, setting
 
 
 def retain_sample(task: UnlearningTask, per_class: int) -> Subset:
@@ -144,7 +144,7 @@ class NoisyBatches:
             yield inputs, labels
 
 
-class Unsir(Method):
+class Unsir(ImageMethod):
     ranges: ClassVar[dict[str, Range]] = {
         "retain_per_class": AT_LEAST_1, "noise_images": AT_LEAST_1, "noise_steps": AT_LEAST_0, "noise_lr": POSITIVE,
         "noise_weight": AT_LEAST_0, "noise_copies": AT_LEAST_1, "impair_batch_size": AT_LEAST_1,

@@ -7,11 +7,13 @@ that cannot be computed (an empty split, a diverged model's NaN or inf) is None,
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from unlearnbench.core.result import finite
 from unlearnbench.runtime.evaluate import predict
 from unlearnbench.runtime.models import ModelStore, full_state_dict
 from unlearnbench.runtime.seeding import streams
@@ -19,6 +21,7 @@ from unlearnbench.tasks.image.data.base import ImageData, Subset, full_pool
 from unlearnbench.tasks.image.data.scenarios import Splits
 from unlearnbench.tasks.image.data.transforms import Normalizer
 from unlearnbench.tasks.image.metrics import functions as fn
+from unlearnbench.tasks.image.metrics.added import SplitMetric
 
 Scores = dict[tuple[str, str | None], float | None]  # (metric, split) → value; split None for model-level metrics
 
@@ -55,14 +58,11 @@ def labels_of(subset: Subset) -> Tensor:
     return subset.labels[subset.indices].cpu()
 
 
-def finite(value: float | None) -> float | None:
-    """NaN (a metric of an empty split or a diverged model) and ±inf become None: strict JSON holds neither."""
-    return None if value is None or not math.isfinite(value) else value
-
-
 class Scorer:
-    def __init__(self, splits: Splits, seed_eval: int, target: str, mia_max_members: int, mia_loss_folds: int):
+    def __init__(self, splits: Splits, seed_eval: int, target: str, mia_max_members: int, mia_loss_folds: int,
+                 added: Sequence[SplitMetric] = ()):
         self.splits = splits
+        self.added = added  # the user's metrics (`evaluation.metrics`), scored on every split after the task's
         self.seed_eval = seed_eval
         self.target = target
         self.mia_max_members = mia_max_members
@@ -89,6 +89,8 @@ class Scorer:
             logits, labels = out.logits(subset), labels_of(subset)
             scores["acc", split] = finite(fn.accuracy(logits, labels))
             scores["loss", split] = finite(fn.mean_loss(logits, labels))
+            for metric in self.added:
+                scores[metric.declaration.name, split] = finite(float(metric(logits, labels)))
         forget, retain = self.splits.forget_train, self.splits.retain_train
         member_entropy = fn.entropy(fn.probabilities(out.logits(retain)))
         test_entropy = fn.entropy(fn.probabilities(out.logits(full_pool(forget.data, "test"))))

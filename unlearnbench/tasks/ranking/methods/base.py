@@ -1,11 +1,10 @@
 """The interface of the ranking task's unlearning methods: `unlearn(trained, task)` runs the unlearning rounds.
 
 A ranking method is one module in this package with one class deriving from `FederatedMethod` and one YAML in
-`conf/method/` whose keys are its constructor's arguments, as an image method is
-(`unlearnbench.tasks.image.methods.base`, whose
-`Method` supplies the option checks). Every method starts from the trained federation (final model, stored global
-and local models, partitions, query pointers) and returns the global model after each unlearning round. Every stream
-it uses after training is re-seeded from the unlearning seed (docs/ranking.md: seeds).
+`conf/method/` whose keys are its constructor's arguments, as every task's method is (`unlearnbench.core.method`,
+whose `Method` supplies the option checks). Every method starts from the trained federation (final model, stored
+global and local models, partitions, query pointers) and returns the global model after each unlearning round. Every
+stream it uses after training is re-seeded from the unlearning seed (docs/ranking.md: seeds).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from unlearnbench.core.config import AT_LEAST_1, Range
-from unlearnbench.tasks.image.methods.base import Method
+from unlearnbench.core.method import Method
 from unlearnbench.tasks.ranking.data import LetorData
 from unlearnbench.tasks.ranking.federation import (
     QUERY_BUDGETS,

@@ -1,8 +1,8 @@
 """The interface of the text task's methods, and the loop most of them share.
 
 A text method is one module in this package with one class deriving from `TextMethod` and one YAML in
-`conf/method/` whose keys are its constructor's arguments, as an image method is
-(`unlearnbench.tasks.image.methods.base`).
+`conf/method/` whose keys are its constructor's arguments, as every task's method is
+(`unlearnbench.core.method`).
 `unlearn(model, task)` turns a copy of M_o into M_u; every random choice draws from `task.rng`, derived from the
 unlearning seed.
 
@@ -26,10 +26,10 @@ from lightning_fabric import Fabric
 from torch import Tensor, nn
 
 from unlearnbench.core.config import AT_LEAST_0, Range
+from unlearnbench.core.method import Method
 from unlearnbench.runtime import interrupt
 from unlearnbench.runtime.monitor import Cost
 from unlearnbench.runtime.seeding import Streams
-from unlearnbench.tasks.image.methods.base import Method
 from unlearnbench.tasks.text.losses import kl_to_reference, token_mean_nll
 from unlearnbench.tasks.text.model import Encoder
 from unlearnbench.tasks.text.scenario import TextSplits

@@ -1,0 +1,83 @@
+"""The metric declarations a report reads (`core/catalogue.py`): each result's own, merged over the results.
+
+A result of schema 2 carries the catalogue of the metrics it recorded (`catalogue`). A result written before
+results carried one (schema 1: no `catalogue`) is read with the frozen legacy catalogue of its task (`job.task`),
+from `legacy_catalogue.json`: what each task declared when schema 2 began, the core's metrics with it, so an old
+sweep is reported as it always was. The tasks' declarations differ (the splits their per-example scores read, for
+one: `per_example`), so the file holds one catalogue per task; a result that names no task the file knows is read
+with the union of them all. A damaged catalogue costs its result nothing but its declarations: the legacy catalogue
+of its task stands in, and the report says which file.
+The report imports no task: declarations reach it through the files alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import operator
+from collections.abc import Iterable
+from pathlib import Path
+
+from unlearnbench.core.catalogue import Catalogue, PerExample
+
+LEGACY_FILE = Path(__file__).with_name("legacy_catalogue.json")
+
+
+@functools.cache
+def legacy_catalogues() -> dict[str, Catalogue]:
+    """{task name as schema-1 results spell it (`job.task`): its declarations at schema 2's start, the core's with
+    them}, in the file's order (image, text, ranking)."""
+    content = json.loads(LEGACY_FILE.read_text(encoding="utf-8"))
+    return {task: Catalogue.from_dict(declared) for task, declared in content.items()}
+
+
+@functools.cache
+def legacy_catalogue(task: str | None = None) -> Catalogue:
+    """The legacy declarations of `task`; the union of every task's where it is unknown or missing (a result that
+    does not say its task may hold any task's metrics), the core's metrics last, as every task's own has them."""
+    catalogues = legacy_catalogues()
+    if task in catalogues:
+        return catalogues[task]
+    shared = set.intersection(*({m.name for m in c.metrics} for c in catalogues.values()))  # the core's
+    union = merged(catalogues.values())
+    return dataclasses.replace(union, metrics=tuple(sorted(union.metrics, key=lambda m: m.name in shared)))
+
+
+def result_legacy(result: dict) -> Catalogue:
+    """The legacy catalogue of the result's task (`job.task`), for a result without declarations of its own."""
+    task = result["job"].get("task") if isinstance(result.get("job"), dict) else None
+    return legacy_catalogue(task if isinstance(task, str) else None)
+
+
+def texts(catalogue: Catalogue) -> list:
+    """Every value of the catalogue that the report uses as text (names, labels, splits, methods, columns)."""
+    return [*(v for m in catalogue.metrics for v in (m.name, m.label, *m.headline, *m.leaderboard, *m.figure)),
+            *catalogue.splits, *catalogue.splits.values(), *catalogue.gold_standards,
+            *(v for d in catalogue.derived for v in (d.name, d.source, d.split, d.column, d.statistic)),
+            *per_example_texts(catalogue.per_example)]
+
+
+def per_example_texts(per_example: PerExample | None) -> list:
+    """The split and metric names of the per-example declarations (the metrics only where declared)."""
+    if per_example is None:
+        return []
+    metrics = [name for name in (per_example.accuracy, per_example.privacy) if name is not None]
+    return [per_example.forget, per_example.retain, per_example.unseen, *metrics]
+
+
+def result_catalogue(result: dict) -> Catalogue:
+    """The declarations a checked result is read with: its own, or the legacy catalogue where it has none; a
+    `ValueError` (the reason in one line) where its own is damaged."""
+    if "catalogue" not in result:
+        return result_legacy(result)
+    catalogue = Catalogue.from_dict(result["catalogue"])
+    wrong = [value for value in texts(catalogue) if not isinstance(value, str)]
+    if wrong:
+        raise ValueError(f"not a metric catalogue: {str(wrong[0])[:40]!r} where a name or label belongs")
+    return catalogue
+
+
+def merged(catalogues: Iterable[Catalogue]) -> Catalogue:
+    """The union of the results' declarations (a metric declared twice keeps its first declaration)."""
+    return functools.reduce(operator.add, catalogues, Catalogue())

@@ -1,0 +1,28 @@
+"""The text task's metrics (`evaluate.py`, from the functions of `metrics.py`), its splits, its gold standard and
+the forget quality the report derives against one fixed retain model: what the report knows of them
+(`core/catalogue.py`). Likelihoods, ROUGE, truth ratio, utility and the MIA AUCs are best where M_r is."""
+
+from unlearnbench.core.catalogue import NO_SPLIT, RETRAINED, Catalogue, Derived, Metric, PerExample
+
+FORGET = "forget"
+
+CATALOGUE = Catalogue(
+    (Metric("forget_quality", "FQ", 1.0, headline=(FORGET,), leaderboard=(FORGET,), figure=(FORGET,)),
+     # the report's: each model's forget truth ratios against the M_r of the configuration's first job
+     Metric("forget_quality_first", "FQ first M_r", 1.0, headline=(FORGET,)),
+     Metric("model_utility", "MU", RETRAINED, headline=(NO_SPLIT,), leaderboard=(NO_SPLIT,), figure=(NO_SPLIT,)),
+     Metric("prob", "prob", RETRAINED, headline=(FORGET,)),
+     Metric("rouge_l_recall", "ROUGE", RETRAINED, headline=(FORGET,)),
+     Metric("truth_ratio", "TR", RETRAINED, headline=(FORGET,)),
+     Metric("extraction_strength", "ES", RETRAINED),
+     Metric("exact_memorization", "EM", RETRAINED),
+     Metric("mia_loss_auc", "mia_loss_auc", RETRAINED),
+     Metric("mia_zlib_auc", "mia_zlib_auc", RETRAINED),
+     Metric("mia_min_k_auc", "MinK AUC", RETRAINED, headline=(FORGET,)),
+     Metric("mia_min_k_pp_auc", "mia_min_k_pp_auc", RETRAINED),
+     Metric("privleak", "privleak", 0.0, headline=(FORGET,), leaderboard=(FORGET,), figure=(FORGET,))),
+    {FORGET: "D_f", "retain": "D_r", "holdout": "holdout", "general_authors": "ra", "general_facts": "wf"},
+    frozenset({"text_retrain"}),
+    (Derived("forget_quality_first", source="forget_quality", split=FORGET, column="truth_ratio",
+             statistic="ks_p_value"),),
+    PerExample(FORGET, "retain", "holdout"))
