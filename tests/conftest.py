@@ -3,6 +3,7 @@ and `make test-fast`'s guard."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing.process
 import os
 import subprocess
@@ -76,13 +77,21 @@ def one_thread():
 # The schedule: pytest-xdist (`--dist loadfile --no-loadscope-reorder`, as `make test` runs it) hands whole files to
 # the workers in collection order, so starting the long files first lets the workers end together instead of one of
 # them running a long file alone at the end. The order is derived, never kept by hand: each file's time in the last
-# run (pytest's cache, `DURATIONS`), and before any run the number of its tests that start processes, the tier
-# that takes longest (`tests/system/` first). Only the schedule depends on it.
+# run of this checkout (pytest's cache, `DURATIONS`), else in the last whole `make test` whose times were committed
+# (`DURATIONS_FILE`, written by that run, as pytest-split's .test_durations: a clean clone, CI's, schedules by it),
+# and for a file new to both the number of its tests that start processes (`tests/system/` first). Only the
+# schedule depends on it.
 DURATIONS = "unlearnbench/file_durations"
+DURATIONS_FILE = Path(__file__).with_name("durations.json")
+
+
+def measured_durations(config: pytest.Config) -> dict[str, float]:
+    committed = json.loads(DURATIONS_FILE.read_text()) if DURATIONS_FILE.exists() else {}
+    return committed | (config.cache.get(DURATIONS, {}) if getattr(config, "cache", None) else {})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    measured = config.cache.get(DURATIONS, {}) if getattr(config, "cache", None) else {}
+    measured = measured_durations(config)
     starting: dict[str, int] = {}
     for item in items:
         starting[item.path.name] = starting.get(item.path.name, 0) + bool(item.get_closest_marker("processes"))
@@ -110,6 +119,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if [Path(arg).resolve() for arg in config.args] == [Path(config.rootpath, "tests").resolve()]:
         kept = config.cache.get(DURATIONS, {})
         config.cache.set(DURATIONS, kept | {name: round(spent, 1) for name, spent in _durations.items()})
+        if not config.option.markexpr and session.testsfailed == 0:  # `make test`, green: the clean clone's order
+            whole = {name: round(spent) for name, spent in sorted(_durations.items())}
+            DURATIONS_FILE.write_text(json.dumps(whole, indent=0) + "\n")
 
 
 _durations: dict[str, float] = {}
