@@ -76,7 +76,7 @@ def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
             raise UserError(f"method {cfg.method.name} serves the {served} task, but dataset {cfg.dataset.name} is "
                             f"a {task} dataset")
     config = OmegaConf.to_container(cfg, resolve=True)
-    added_metric_problems(config["evaluation"]["metrics"], task, cfg.dataset.name)
+    refuse_foreign_metrics(config["evaluation"]["metrics"], task, cfg.dataset.name)
     scenario = build(config["scenario"], "scenario")
     methods = [config["method"]] if config["method"] is not None else chosen(registered_methods(cfg, task),
                                                                              config["methods"], task)
@@ -86,7 +86,7 @@ def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
     return JobPlan(config, [m for m in methods if m["name"] not in unserved], str(folder), log=progress.job_log())
 
 
-def added_metric_problems(metrics: dict, task: str, dataset: str) -> None:
+def refuse_foreign_metrics(metrics: dict, task: str, dataset: str) -> None:
     """Refuse, before any work, an added metric (`evaluation.metrics`) that is not a component of the job's task."""
     for slot, metric in metrics.items():
         if not isinstance(metric, dict) or "_target_" not in metric:
