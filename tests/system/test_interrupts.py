@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,15 +25,15 @@ from helpers import REPO, TINY, results
 INTERRUPTED = "unlearnbench: interrupted; finished jobs are kept"
 
 
-def start(args: list[str], root: Path, sweep: str = "sweep", cache: Path | None = None,
+def start(args: list[str], root: Path, sweep: str = "sweep", cache: Path | None = None, env: dict | None = None,
           **options) -> forkserver.Forked:
     """The sweep in a forked process whose SIGINT is Python's default (as in a terminal), whatever this one's is;
-    its models in `root`'s own cache unless another is given."""
+    its models in `root`'s own cache unless another is given; `env` adds to this process's environment."""
     args = [*args, f"hydra.sweep.dir={root / sweep}", f"paths.cache_dir={cache or root / 'cache'}",
             f"paths.data_dir={root / 'data'}"]
     options.setdefault("sigint_default", True)
-    return forkserver.Forked(forkserver.server(), "unlearnbench", args, root,
-                             {**os.environ, "PYTHONWARNINGS": "ignore"}, **options)
+    environment = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
+    return forkserver.Forked(forkserver.server(), "unlearnbench", args, root, environment, **options)
 
 
 def handling(pid: int) -> bool:
@@ -122,17 +123,58 @@ SWEEP = ["+method=retrain", "seeds.train=0,1", *TINY]
 def test_an_interrupt_at_a_random_moment_exits_130_in_one_line(calibrated, trial):
     """SIGINT or SIGTERM at a moment drawn uniformly over the first half of the sweep (from the moment its handler
     is in place): composing the config, Hydra's set-up, a job's stages, the count, between jobs. Its models come
-    from the cache, so most of the time goes to composition and evaluation, where a raising handler did harm."""
+    from the cache, so most of the time goes to composition and evaluation, where a raising handler did harm.
+
+    The calibration's duration is only a guide: on a loaded machine a trial can run twice as fast as it did. The
+    sweep is frozen (SIGSTOP) at the moment and the signal sent while it stands still; where it had already printed
+    its report's last line (so had no safe point left but the exit status), it runs on and the trial is drawn again
+    at half the moment, so that every trial is an interrupt the sweep must honour."""
     root, cache, duration = calibrated
     moment = random.Random(trial).uniform(0, duration / 2)
-    process = start(SWEEP, root, f"trial{trial}", cache)
+    for attempt in range(5):
+        folder = root / f"trial{trial}.{attempt}"
+        if frozen := frozen_at(moment, folder, cache):
+            break
+        moment /= 2
+    else:
+        pytest.fail(f"the sweep was over before every moment tried, down to {moment:.3f} s")
+    process, printed = frozen
+    process.send_signal(signal.SIGTERM if trial % 2 else signal.SIGINT)
+    process.send_signal(signal.SIGCONT)
+    stdout, stderr = process.communicate(120)
+    assert_stopped_in_one_line(process.returncode, printed + stdout, stderr)
+    assert_kept_whole(folder)
+
+
+def frozen_at(moment: float, folder: Path, cache: Path) -> tuple[forkserver.Forked, str] | None:
+    """The sweep into `folder`, stopped (SIGSTOP) `moment` seconds after its handler is in place, and what it had
+    printed by then; None (the sweep run to its end) where it had already printed its report's last line."""
+    process = start(SWEEP, folder.parent, folder.name, cache, env={"PYTHONUNBUFFERED": "1"})
     wait_for(lambda: handling(process.pid) or process.poll() is not None)
     time.sleep(moment)
-    assert process.poll() is None, f"the sweep ended before the moment {moment:.2f} s"
-    process.send_signal(signal.SIGTERM if trial % 2 else signal.SIGINT)
-    stdout, stderr = process.communicate(120)
-    assert_stopped_in_one_line(process.returncode, stdout, stderr)
-    assert_kept_whole(root / f"trial{trial}")
+    process.send_signal(signal.SIGSTOP)
+    printed = written_so_far(process)
+    if process.poll() is None and f"report: {folder / 'report'}" not in printed:
+        return process, printed
+    process.send_signal(signal.SIGCONT)
+    process.communicate(120)
+    return None
+
+
+def written_so_far(process: forkserver.Forked) -> str:
+    """What the (stopped) process has written to its stdout up to now, taken out of the pipe: `communicate` then
+    returns the rest."""
+    descriptor = process.stdout.fileno()
+    os.set_blocking(descriptor, False)
+    chunks = []
+    try:
+        while chunk := os.read(descriptor, 65536):
+            chunks.append(chunk)
+    except BlockingIOError:
+        pass
+    finally:
+        os.set_blocking(descriptor, True)
+    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 PARENT = """
@@ -203,40 +245,70 @@ def test_an_interrupt_that_lands_in_a_finalizer_is_raised_again_outside_it(monke
     assert printed == [] and interrupt.requested == signal.SIGINT
 
 
-TEXT = ["experiment=tofu", "train.epochs=40", "runtime.print_table=false"]
-# Where Ctrl-C lands in a text job: the progress line after which it is sent, the job's further overrides, and how
-# many models the cache holds afterwards (those finished before the interrupt: never the interrupted one).
+TEXT = ["experiment=tofu", "train.epochs=40", "runtime.print_table=false", "+method=grad_ascent"]
+# Where Ctrl-C lands in a text job: the progress line after which it is sent, the job's further overrides, and the
+# models the cache holds when it starts (copied from the first case's: so the cache afterwards holds those alone,
+# never the interrupted one).
 TEXT_STAGES = {
-    "original": ("original model (training seed 0): epoch 2/40", [], 0),
-    "retrained": ("retrained model (unlearning seed 0): epoch 2/40", [], 1),
-    "method": ("target forget10: grad_ascent: started", ["method.epochs=2000"], 2),
-    "evaluation": ("target forget10: evaluation of M_r and M_o: started", [], 2),
+    "retrained": ("retrained model (unlearning seed 0): epoch 2/40", [], ("original",)),
+    "method": ("target forget10: grad_ascent: started", ["method.epochs=2000"], ("original", "retrained")),
+    "evaluation": ("target forget10: evaluation of M_r and M_o: started", [], ("original", "retrained")),
 }
+
+
+def interrupted_after(line: str, args: list[str], root: Path, pause: float = 0.0) -> tuple[float, str, str, int]:
+    """The text job started in `root`, sent SIGINT `pause` seconds after it printed `line`: the seconds it took to
+    stop, its output and its exit status."""
+    process = start(args, root)
+    for printed in process.stdout:
+        if line in printed:
+            break
+    time.sleep(pause)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(120)
+    return time.monotonic() - sent, stdout, stderr, process.returncode
+
+
+@pytest.fixture(scope="module")
+def text_original(tmp_path_factory):
+    """Ctrl-C within M_o's fine-tuning, what the cache and the sweep held then, and the same command run again to its
+    end in the same folder: its cache (M_o and M_r) and result.json serve the other stages."""
+    root = tmp_path_factory.mktemp("text")
+    stopped = interrupted_after("original model (training seed 0): epoch 2/40", TEXT, root)
+    left = (len(list((root / "cache").glob("*/COMPLETE"))), list((root / "sweep").glob("*/result.json")))
+    rerun = start(TEXT, root)
+    _, stderr = rerun.communicate(600)
+    return root, stopped, left, rerun.returncode, stderr
+
+
+@pytest.mark.processes
+def test_ctrl_c_inside_a_text_models_fine_tuning_stops_within_seconds_and_a_rerun_completes(text_original):
+    """M_o's fine-tuning stops at its next batch, exits 130 in one line within 5 s, publishes no model and writes no
+    result.json; the same command then completes in the same folder."""
+    root, (seconds, stdout, stderr, returncode), (cached, written), rerun_returncode, rerun_stderr = text_original
+    assert seconds < 5
+    assert_stopped_in_one_line(returncode, stdout, stderr)
+    assert cached == 0 and not written
+    assert rerun_returncode == 0, rerun_stderr[-3000:]
+    assert [r["status"] for r in results(root / "sweep").values()] == ["complete"]
 
 
 @pytest.mark.processes
 @pytest.mark.parametrize("stage", TEXT_STAGES)
-def test_ctrl_c_inside_a_text_stage_stops_within_seconds_and_caches_nothing_it_interrupted(tmp_path, stage):
-    """M_o's or M_r's fine-tuning, a method's steps, the evaluation: each stops at its next batch (or generated
-    token), exits 130 in one line within 5 s, publishes no model it was training and writes no result.json; the
-    same command then completes in the same folder (shown once, from M_o's fine-tuning)."""
-    line, extra, cached = TEXT_STAGES[stage]
-    args = [*TEXT, "+method=grad_ascent", *extra]
-    process = start(args, tmp_path)
-    for printed in process.stdout:
-        if line in printed:
-            break
-    if stage == "method":
-        time.sleep(0.5)  # inside the method's steps, past its set-up
-    sent = time.monotonic()
-    process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(120)
-    assert time.monotonic() - sent < 5
-    assert_stopped_in_one_line(process.returncode, stdout, stderr)
-    assert len(list((tmp_path / "cache").glob("*/COMPLETE"))) == cached
+def test_ctrl_c_inside_a_text_stage_stops_within_seconds_and_caches_nothing_it_interrupted(text_original, tmp_path,
+                                                                                           stage):
+    """M_r's fine-tuning, a method's steps, the evaluation: each stops at its next batch (or generated token), exits
+    130 in one line within 5 s, publishes no model it was training and writes no result.json. The models finished
+    before the stage come from the first case's cache."""
+    line, extra, models = TEXT_STAGES[stage]
+    (done,) = results(text_original[0] / "sweep").values()
+    keys = [done["cache"]["original"]["key"]] + [e["key"] for e in done["cache"]["retrained"]]
+    for key in keys[: len(models)]:
+        shutil.copytree(text_original[0] / "cache" / key, tmp_path / "cache" / key)
+    seconds, stdout, stderr, returncode = interrupted_after(line, [*TEXT, *extra], tmp_path,
+                                                            pause=0.5 if stage == "method" else 0.0)  # past set-up
+    assert seconds < 5
+    assert_stopped_in_one_line(returncode, stdout, stderr)
+    assert len(list((tmp_path / "cache").glob("*/COMPLETE"))) == len(models)
     assert not list((tmp_path / "sweep").glob("*/result.json"))
-    if stage == "original":
-        rerun = start(args, tmp_path)
-        _, stderr = rerun.communicate(600)
-        assert rerun.returncode == 0, stderr[-3000:]
-        assert [r["status"] for r in results(tmp_path / "sweep").values()] == ["complete"]

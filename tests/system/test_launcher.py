@@ -37,12 +37,12 @@ def by_seeds(folder: Path) -> dict[tuple, dict]:
 
 
 @pytest.fixture(scope="module")
-def sweeps(tmp_path_factory):
-    """The same two jobs under the basic launcher at one thread and under `local` with threads unset, each with its
-    own cache; then again on the second cache (every model from it). The two jobs share M_o: under `local`
-    they run at once and need it at once."""
+def sweeps(tmp_path_factory, shared_cache):
+    """The same two jobs under the basic launcher at one thread (its models in the suite's cache, where SLURM's test
+    finds them) and under `local` with threads unset in a cache of its own; then again on that cache (every model
+    from it). The two jobs share M_o: under `local` they run at once and need it at once."""
     root = tmp_path_factory.mktemp("launchers")
-    basic = run_cli([*SWEEP, *TINY, f"paths.cache_dir={root / 'cache_basic'}"], root, sweep="basic")
+    basic = run_cli([*SWEEP, *TINY, f"paths.cache_dir={shared_cache}"], root, sweep="basic")
     parallel = run_cli([*SWEEP, *UNSET_THREADS, "hydra/launcher=local", "hydra.launcher.workers=2"], root,
                        sweep="local")
     again = run_cli([*SWEEP, *TINY], root, sweep="again")

@@ -115,12 +115,13 @@ def held_job(root: Path, seed: int, sweep: forkserver.Forked) -> str:
     return marker.read_text().split()[1]
 
 
-def test_a_seed_sweep_runs_as_one_array_with_the_local_launchers_records(cluster, tmp_path):
-    """Two jobs that need the same M_o, as one array of two tasks running at once on the node's two cores."""
+def test_a_seed_sweep_runs_as_one_array_with_the_local_launchers_records(cluster, tmp_path, shared_cache):
+    """Two jobs that need the same M_o, as one array of two tasks running at once on the node's two cores (in a
+    cache of their own), and the same jobs on this machine (the suite's cache: test_launcher.py's models)."""
     args = [*TINY, "+method=finetune", "seeds.train=0", "seeds.unlearn=0,1"]
     on_slurm = sweep([*args, *SLURM], tmp_path, cluster, "slurm", cache="cache_slurm")
     assert on_slurm.returncode == 0, on_slurm.stderr[-3000:]
-    local = sweep(args, tmp_path, cluster, "local", cache="cache_local")
+    local = sweep(args, tmp_path, cluster, "local", cache=shared_cache)
     assert local.returncode == 0, local.stderr[-3000:]
     slurm_results, local_results = by_seeds(tmp_path / "slurm"), by_seeds(tmp_path / "local")
     assert len(slurm_results) == 2 and slurm_results.keys() == local_results.keys()
