@@ -149,12 +149,25 @@ class Catalogue:
     def from_dict(cls, content: dict) -> Catalogue:
         """The catalogue result.json carries; `ValueError` where it is not one (the reader says which file)."""
         try:
-            return cls(tuple(Metric(**m) for m in content.get("metrics", [])), dict(content.get("splits", {})),
-                       frozenset(content.get("gold_standards", [])),
-                       tuple(Derived(**d) for d in content.get("derived", [])),
-                       PerExample(**content["per_example"]) if content.get("per_example") else None)
+            catalogue = cls(tuple(Metric(**m) for m in content.get("metrics", [])), dict(content.get("splits", {})),
+                            frozenset(content.get("gold_standards", [])),
+                            tuple(Derived(**d) for d in content.get("derived", [])),
+                            PerExample(**content["per_example"]) if content.get("per_example") else None)
         except (TypeError, AttributeError) as error:
             raise ValueError(f"not a metric catalogue: {error}") from None
+        wrong = [value for value in catalogue.texts() if not isinstance(value, str)]
+        if wrong:
+            raise ValueError(f"not a metric catalogue: {str(wrong[0])[:40]!r} where a name or label belongs")
+        return catalogue
+
+    def texts(self) -> list:
+        """Every value the report uses as text (names, labels, splits, methods, columns): what `from_dict` checks."""
+        per_example = self.per_example
+        return [*(v for m in self.metrics for v in (m.name, m.label, *m.headline, *m.leaderboard, *m.figure)),
+                *self.splits, *self.splits.values(), *self.gold_standards,
+                *(v for d in self.derived for v in (d.name, d.source, d.split, d.column, d.statistic)),
+                *([] if per_example is None else [per_example.forget, per_example.retain, per_example.unseen,
+                                                  *(n for n in (per_example.accuracy, per_example.privacy) if n)])]
 
 
 def ks_p_value(values: Iterable[float], reference: Iterable[float]) -> float:
