@@ -53,8 +53,8 @@ class Outcome:
     unreported: list[tuple[str, Failure]] = field(default_factory=list)  # failures not logged yet
     examples: Examples | None = None  # the per-example outputs (`evaluation.examples`)
     curves: list[dict] = field(default_factory=list)  # per epoch: loss, accuracy, lr of each trained model
-    # the declarations of the metrics the job may record (`Catalogue.as_dict()`: plain data, as an outcome crosses
-    # processes under ddp_spawn)
+    # the declarations of the metrics the job may record, as `Catalogue.as_dict()`: under ddp_spawn the outcome goes
+    # back through Lightning's `apply_to_collection`, which refuses a frozen dataclass such as `Catalogue`
     catalogue: dict = field(default_factory=dict)
 
     @contextmanager
