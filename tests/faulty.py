@@ -56,8 +56,9 @@ class FillingDisk(Method):
 
 class Gated(Method):
     """Holds the job of training seed `hold` (any other passes straight through): its first start marks
-    `folder/started-<seed>` (a line: pid, SLURM job) and waits for `folder/release`, so that a test can requeue or
-    cancel it mid-job; a later start (a requeued or resumed job) passes."""
+    `folder/started-<seed>` (a line: pid, SLURM job; the file appears whole) and waits for `folder/release`, so
+    that a test can requeue or cancel it mid-job; a later start (a requeued or resumed job) adds its line and
+    passes."""
 
     def __init__(self, name: str, folder: str, seed: int, hold: int, wait_s: float = 300.0) -> None:
         super().__init__(name)
@@ -68,9 +69,11 @@ class Gated(Method):
             return model
         started = self.folder / f"started-{self.seed}"
         first = not started.exists()
-        with open(started, "a") as f:
-            job = f"{os.environ.get('SLURM_ARRAY_JOB_ID')}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
-            f.write(f"{os.getpid()} {job}\n")
+        job = f"{os.environ.get('SLURM_ARRAY_JOB_ID')}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
+        lines = started.read_text() if not first else ""
+        scratch = started.with_name(f".{started.name}.{os.getpid()}")
+        scratch.write_text(f"{lines}{os.getpid()} {job}\n")
+        scratch.replace(started)  # whole lines or nothing: a test polls this file for its existence
         deadline = time.monotonic() + self.wait_s
         while first and not (self.folder / "release").exists():
             if time.monotonic() > deadline:

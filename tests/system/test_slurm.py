@@ -63,6 +63,17 @@ def cluster():
     subprocess.run([CLUSTER, "down"], capture_output=True, timeout=120)
 
 
+@pytest.fixture(autouse=True)
+def cancel_leftovers(request, tmp_path):
+    """After each test on the cluster, cancels what its sweeps left there (a held job of a failed test would
+    otherwise hold a core, and every later test would queue behind it: one failure stays one failure)."""
+    env = request.getfixturevalue("cluster") if "cluster" in request.fixturenames else None
+    yield
+    arrays = {p.name.split("_")[0] for p in tmp_path.glob("**/.submitit/[0-9]*")}
+    if env is not None and arrays:
+        subprocess.run(["scancel", *sorted(arrays)], capture_output=True, env=env, timeout=60)
+
+
 def command(args: list[str], root: Path, sweep: str, cache: str | Path = "cache") -> list[str]:
     """The console script's command line, its folders under `root` (`cache` may be elsewhere: conftest's
     `shared_cache`)."""
