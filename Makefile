@@ -24,7 +24,7 @@ test-fast: install  # the inner loop: the tests that start no process (a test th
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not processes" --durations=10
 
 lint: install
-	$(BIN)/ruff check unlearnbench conf tests benchmarks scripts hydra_plugins
+	$(BIN)/ruff check unlearnbench conf tests benchmarks scripts hydra_plugins docs/examples
 
 docs: install  # the documentation site into site/; --strict: a broken link, anchor or include, or a page outside the nav, fails
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet

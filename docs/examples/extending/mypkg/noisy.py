@@ -6,17 +6,19 @@ forget set, never seen again, is left blurred.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import nn
 
-from unlearnbench.core.config import POSITIVE
+from unlearnbench.core.config import POSITIVE, Range
 from unlearnbench.runtime.train import cross_entropy_epochs
 from unlearnbench.tasks.image.methods.base import Method, UnlearningTask, setting
 
 
 class NoisyFineTune(Method):
     # Checked before any work: `method.sigma=0` stops the sweep with one line naming the valid range.
-    ranges = {"sigma": POSITIVE}
+    ranges: ClassVar[dict[str, Range]] = {"sigma": POSITIVE}
 
     def __init__(self, name: str, sigma: float = 0.01, epochs: int = 2, lr: float = 0.02, momentum: float = 0.9,
                  weight_decay: float = 5e-4, batch_size: int = 64) -> None:
