@@ -8,6 +8,8 @@ import ast
 import json
 from pathlib import Path
 
+import pytest
+
 import unlearnbench.report
 from unlearnbench.core.catalogue import CORE, Catalogue
 from unlearnbench.report.build import build_report
@@ -67,6 +69,17 @@ def test_a_result_is_read_with_its_own_catalogue_and_a_schema_1_result_with_the_
     merged = catalogue_of(new_jobs + old_jobs)  # a metric declared twice keeps the first declaration
     assert merged.label("delta_acc", "forget_test") == "gap test" and merged.metric("mia") is not None
     assert catalogue_of([]) == Catalogue()
+
+
+def test_every_name_and_label_of_a_catalogue_must_be_text():
+    """A per-example metric of 0 or False is as damaged as a list where a name belongs: nothing falsy slips by."""
+    for per_example in ({"forget": "f", "retain": "r", "unseen": "u", "accuracy": 0},
+                        {"forget": "f", "retain": "r", "unseen": "u", "privacy": False},
+                        {"forget": "f", "retain": ["r"], "unseen": "u"}):
+        with pytest.raises(ValueError, match="where a name or label belongs"):
+            Catalogue.from_dict({**OWN, "per_example": per_example})
+    fine = Catalogue.from_dict({**OWN, "per_example": {"forget": "f", "retain": "r", "unseen": "u"}})
+    assert fine.per_example.accuracy is None and "f" in fine.texts()
 
 
 def test_a_damaged_catalogue_is_one_warning_naming_its_file_and_the_legacy_stands_in(tmp_path):

@@ -162,12 +162,12 @@ class Catalogue:
 
     def texts(self) -> list:
         """Every value the report uses as text (names, labels, splits, methods, columns): what `from_dict` checks."""
-        per_example = self.per_example
+        per_example = [] if self.per_example is None else [
+            v for v in self.per_example.as_dict().values() if v is not None]  # accuracy, privacy: where declared
         return [*(v for m in self.metrics for v in (m.name, m.label, *m.headline, *m.leaderboard, *m.figure)),
                 *self.splits, *self.splits.values(), *self.gold_standards,
                 *(v for d in self.derived for v in (d.name, d.source, d.split, d.column, d.statistic)),
-                *([] if per_example is None else [per_example.forget, per_example.retain, per_example.unseen,
-                                                  *(n for n in (per_example.accuracy, per_example.privacy) if n)])]
+                *per_example]
 
 
 def ks_p_value(values: Iterable[float], reference: Iterable[float]) -> float:
