@@ -13,7 +13,9 @@ Three facts about torch.distributed shape this module:
   is the unit's failure on every rank, with the first failing rank's own message.
 - A collective that waits for a peer that will never join cannot be interrupted in-process (gloo's `abort` does
   nothing; only the peer's process exiting, or the process group's timeout, ends the wait). When a failed rank's
-  peers do not report within `GRACE_S`, they are stuck in such a collective: the ranks leave the round
+  peers do not report within its grace (`GRACE_S`, or half of `strategy.timeout_s` where that is shorter: the
+  peers' collective must not time out first, which would leave them "in step" on a broken process group), they are
+  stuck in such a collective: the ranks leave the round
   (`RoundAbandoned`), the launching process (`supervise`, for `ddp_spawn`) starts them again, and the new round
   records the unit as failed without running it. The units before it run again (their models come from the cache)
   and score what they scored: every random choice derives from the seeds. Ranks that SLURM started cannot be
@@ -127,7 +129,7 @@ class Lockstep:
     def agree(self, unit: str, failure: Failure | None) -> Failure | None:
         """The unit's outcome on every rank: None when it succeeded everywhere, else the first failure (its message
         names the rank when not every rank failed alike). Raises `RoundAbandoned` when the ranks cannot go on: a
-        failed rank's peers did not report within `GRACE_S`, a healthy rank's within the timeout, or the ranks
+        failed rank's peers did not report within its grace, a healthy rank's within the timeout, or the ranks
         reached different units."""
         if self.world == 1:
             return failure
@@ -139,7 +141,7 @@ class Lockstep:
             status.update(error=failure.message, trace=failure.trace, order=order)
         keys = [f"{prefix}/rank{rank}" for rank in range(self.world)]
         self.store.set(keys[self.rank], json.dumps(status))
-        limit = GRACE_S if failure is not None else self.timeout_s
+        limit = min(GRACE_S, self.timeout_s / 2) if failure is not None else self.timeout_s
         arrived = self.reported(keys, f"{prefix}/verdict", limit)
         statuses = self.statuses(keys)
         if arrived and all(other["unit"] == unit for other in statuses.values()):
