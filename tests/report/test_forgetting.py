@@ -292,6 +292,22 @@ def test_null_is_reproducible_and_its_splits_are_seeded():
     assert first[5] == forget_quality(pooled[order[5, :8]], pooled[order[5, 8:]])
 
 
+@pytest.mark.parametrize("n", [1, 2])
+def test_the_null_of_pools_too_small_to_score_is_every_splits_forget_quality(n):
+    """With N ≤ 2 every split scores F = 0 (no bucket), so the null is zeros without scoring a split; its inputs are
+    still checked."""
+    rng = np.random.default_rng(n)
+    u, r = rng.normal(size=(n, 12)), rng.normal(size=(n, 12)) + 5
+    null = null_qualities(u, r, permutations=7, seed=1)
+    pooled = np.concatenate([u, r])
+    order = np.random.default_rng([1, n, 12, 7]).random((7, 2 * n)).argsort(axis=1)
+    scored = [forget_quality(pooled[row[:n]], pooled[row[n:]]) for row in order]
+    np.testing.assert_array_equal(null, scored)
+    assert null.shape == (7,)
+    with pytest.raises(ValueError):
+        null_qualities(u, np.full_like(r, np.nan), permutations=7)
+
+
 # -------------------------------------------------------------------------------------------------------- LiRA
 
 

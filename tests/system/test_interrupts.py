@@ -245,12 +245,12 @@ def test_an_interrupt_that_lands_in_a_finalizer_is_raised_again_outside_it(monke
     assert printed == [] and interrupt.requested == signal.SIGINT
 
 
-TEXT = ["experiment=tofu", "train.epochs=40", "runtime.print_table=false", "+method=grad_ascent"]
+TEXT = ["experiment=tofu", "runtime.print_table=false", "+method=grad_ascent"]
 # Where Ctrl-C lands in a text job: the progress line after which it is sent, the job's further overrides, and the
 # models the cache holds when it starts (copied from the first case's: so the cache afterwards holds those alone,
 # never the interrupted one).
 TEXT_STAGES = {
-    "retrained": ("retrained model (unlearning seed 0): epoch 2/40", [], ("original",)),
+    "retrained": ("retrained model (unlearning seed 0): epoch 2/20", [], ("original",)),
     "method": ("target forget10: grad_ascent: started", ["method.epochs=2000"], ("original", "retrained")),
     "evaluation": ("target forget10: evaluation of M_r and M_o: started", [], ("original", "retrained")),
 }
@@ -275,7 +275,7 @@ def text_original(tmp_path_factory):
     """Ctrl-C within M_o's fine-tuning, what the cache and the sweep held then, and the same command run again to its
     end in the same folder: its cache (M_o and M_r) and result.json serve the other stages."""
     root = tmp_path_factory.mktemp("text")
-    stopped = interrupted_after("original model (training seed 0): epoch 2/40", TEXT, root)
+    stopped = interrupted_after("original model (training seed 0): epoch 2/20", TEXT, root)
     left = (len(list((root / "cache").glob("*/COMPLETE"))), list((root / "sweep").glob("*/result.json")))
     rerun = start(TEXT, root)
     _, stderr = rerun.communicate(600)

@@ -139,12 +139,12 @@ INTERRUPTED = ["+method=finetune", "seeds.train=range(3)", *UNSET_THREADS, "hydr
                "hydra.launcher.workers=2"]
 
 
-def interrupted_run(root: Path, how: str) -> dict:
+def interrupted_run(root: Path, how: str, cache: Path) -> dict:
     """The sweep INTERRUPTED started as a user starts it (its own process group, Python's default SIGINT). Ctrl-C,
     to the whole group (the workers too), once its first job has finished; SIGTERM, to the sweep alone, once a worker
     has started a job's stage (its lines so far are kept)."""
     command = [str(Path(sys.executable).parent / "unlearnbench"), *INTERRUPTED, f"hydra.sweep.dir={root / 'sweep'}",
-               f"paths.cache_dir={root / 'cache'}", f"paths.data_dir={root / 'data'}"]
+               f"paths.cache_dir={cache}", f"paths.data_dir={root / 'data'}"]
     before = len(results(root / "sweep"))
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
                                env={**os.environ, "PYTHONWARNINGS": "ignore"}, start_new_session=True,
@@ -171,12 +171,14 @@ def interrupted_run(root: Path, how: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def interruptions(tmp_path_factory):
+def interruptions(tmp_path_factory, shared_cache):
     """A three-job sweep on two workers stopped by Ctrl-C once its first job has finished; the same command again,
-    stopped by SIGTERM once its workers are at work; then once more, to its end."""
+    stopped by SIGTERM once its workers are at work; then once more, to its end. Its models come from the suite's
+    cache (the workers' one thread each gives TINY's keys): the third job cannot finish within the moment between
+    the first result and Ctrl-C, nor a job within the moment between its first stage's line and SIGTERM."""
     root = tmp_path_factory.mktemp("interrupted")
-    runs = {how: interrupted_run(root, how) for how in ("ctrl-c", "sigterm")}
-    return runs, run_cli(INTERRUPTED, root), root
+    runs = {how: interrupted_run(root, how, shared_cache) for how in ("ctrl-c", "sigterm")}
+    return runs, run_cli([*INTERRUPTED, f"paths.cache_dir={shared_cache}"], root), root
 
 
 @pytest.mark.processes

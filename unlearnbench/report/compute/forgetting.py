@@ -356,9 +356,12 @@ def null_qualities(unlearned: np.ndarray, retrained: np.ndarray, permutations: i
     """F under the permutation null: pool the 2N models (rows) of both pools, split them at random into two pools of
     N, `permutations` times, and take F of each split (the first half as the unlearned pool). The splits are fixed by
     (N, E, `permutations`, `seed`): the report is reproducible. Where F lies in this null, the unlearned models are
-    as exchangeable with retrained ones as retrained ones are among themselves."""
+    as exchangeable with retrained ones as retrained ones are among themselves. With N ≤ 2 models per pool every ε
+    scores 0 (`epsilon_cap`), so every split's F is 0 and no split is scored."""
     u, r = _pools(unlearned, retrained)
     n, e = u.shape
+    if epsilon_cap(n) <= 0:
+        return np.zeros(permutations)
     order = null_orders(n, e, permutations, seed)
     pooled = np.concatenate([u, r])
     first = pooled[order[:, :n]].transpose(1, 0, 2).reshape(n, permutations * e)
