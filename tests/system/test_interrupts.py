@@ -245,7 +245,7 @@ def test_an_interrupt_that_lands_in_a_finalizer_is_raised_again_outside_it(monke
     assert printed == [] and interrupt.requested == signal.SIGINT
 
 
-TEXT = ["experiment=tofu", "runtime.print_table=false", "+method=grad_ascent"]
+TEXT = ["experiment=tofu", "train.epochs=20", "runtime.print_table=false", "+method=grad_ascent"]  # the lines below
 # Where Ctrl-C lands in a text job: the progress line after which it is sent, the job's further overrides, and the
 # models the cache holds when it starts (copied from the first case's: so the cache afterwards holds those alone,
 # never the interrupted one).
