@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import json
 import os
@@ -21,25 +22,46 @@ TINY = ["model.width=8", "train.epochs=3", "train.milestones=[2]", "train.batch_
         "runtime.threads=1", "runtime.print_table=false"]
 
 
-def compose_config(overrides: list[str], return_hydra_config: bool = False):
+def compose_config(overrides: list[str], return_hydra_config: bool = False) -> DictConfig:
+    """The config `unlearnbench <overrides>` composes, the caller's own copy. Hydra composes each override list once
+    per process (0.1 s a composition, hundreds of them in a run); a copy costs 3 ms. With the `hydra` node, composed
+    afresh each time: it holds the working folder at composition."""
+    if return_hydra_config:
+        return composed(tuple(overrides), True)
+    return copy.deepcopy(composed_once(tuple(overrides)))
+
+
+def composed(overrides: tuple[str, ...], return_hydra_config: bool = False) -> DictConfig:
     with initialize_config_module("unlearnbench.conf", version_base="1.3"):
-        return compose("config", overrides=overrides, return_hydra_config=return_hydra_config)
+        return compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+
+
+composed_once = functools.cache(composed)  # a failed composition is not kept: it raises again each time
+
+
+def with_paths(overrides: list[str], tmp_path: Path, cache_dir: Path | None = None) -> DictConfig:
+    """The composed config with the data and model cache folders pointed into `tmp_path` (the cache into `cache_dir`
+    where given: conftest's `shared_cache`), as `paths.data_dir=… paths.cache_dir=…` before the overrides would
+    (set after composing, so that the tests' many folders share one composition)."""
+    cfg = compose_config(overrides)
+    given = {o.split("=", 1)[0] for o in overrides}
+    for key, folder in (("paths.data_dir", tmp_path / "data"), ("paths.cache_dir", cache_dir or tmp_path / "cache")):
+        if key not in given:
+            OmegaConf.update(cfg, key, str(folder))
+    return cfg
 
 
 def plain_config(overrides: list[str], tmp_path: Path, cache_dir: Path | None = None) -> dict:
     """A resolved config as plain data, with the paths a job needs pointed into `tmp_path` (the model cache into
     `cache_dir` where given: conftest's `shared_cache`)."""
-    cfg = compose_config([f"paths.data_dir={tmp_path / 'data'}", f"paths.cache_dir={cache_dir or tmp_path / 'cache'}",
-                          *overrides])
-    return OmegaConf.to_container(cfg, resolve=True)
+    return OmegaConf.to_container(with_paths(overrides, tmp_path, cache_dir), resolve=True)
 
 
 def run_in_process(overrides: list[str], tmp_path: Path, methods: list[str], cache_dir: Path | None = None,
                    method_options: dict[str, list[str]] | None = None):
     """Run a job's body on one CPU process (no Hydra job folder): the fast way to test what a job computes.
     `method_options` holds further overrides of single methods (`{"unsir": ["method.noise_steps=25"]}`)."""
-    cfg = compose_config([f"paths.data_dir={tmp_path / 'data'}", f"paths.cache_dir={cache_dir or tmp_path / 'cache'}",
-                          *(o for o in overrides if not o.startswith("method."))])
+    cfg = with_paths([o for o in overrides if not o.startswith("method.")], tmp_path, cache_dir)
     shared = [o for o in overrides if o.startswith("method.")]
     return run_config(cfg, tmp_path, {m: [*shared, *(method_options or {}).get(m, [])] for m in methods})
 

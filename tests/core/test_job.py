@@ -21,20 +21,24 @@ def by_key(records: list[dict]) -> dict:
 
 
 @pytest.fixture(scope="module")
-def twice(tmp_path_factory, cfg_tiny_global):
-    """The same job twice, each with an empty cache, then once more on the second run's (full) cache."""
-    methods = {"finetune": [], "retrain": []}
-    runs, folders = [], [tmp_path_factory.mktemp("a"), *[tmp_path_factory.mktemp("b")] * 2]
-    for folder in folders:
-        cfg = OmegaConf.merge(cfg_tiny_global, {"paths": {"cache_dir": str(folder / "cache"),
-                                                          "data_dir": str(folder / "data")}})
-        runs.append(run_config(cfg, folder, methods))
-    return tuple(runs)
+def runs(tmp_path_factory, cfg_tiny_global) -> dict:
+    """The same job (finetune, retrain, and SSD, which also caches an importance per M_o) cold on an empty cache
+    ("cold"), cold on another ("own_cache"), then warm on that one's full cache ("warm"); and on that cache at 2
+    threads ("two_threads", running `retrain`: at 2 threads only M_o and M_r matter)."""
+    methods = {"finetune": [], "retrain": [], "ssd": []}
+    a, b = tmp_path_factory.mktemp("a"), tmp_path_factory.mktemp("b")
+    plan = {"cold": (a, {}, methods), "own_cache": (b, {}, methods), "warm": (b, {}, methods),
+            "two_threads": (b, {"runtime": {"threads": 2}}, {"retrain": []})}
+    runs = {}
+    for name, (folder, options, job_methods) in plan.items():
+        paths = {"paths": {"cache_dir": str(folder / "cache"), "data_dir": str(folder / "data")}}
+        runs[name] = run_config(OmegaConf.merge(cfg_tiny_global, paths, options), folder, job_methods)
+        assert runs[name].error is None, (name, runs[name].trace)
+    return runs
 
 
-def test_job_completes_with_every_record(twice):
-    outcome = twice[0]
-    assert outcome.error is None, outcome.trace
+def test_job_completes_with_every_record(runs):
+    outcome = runs["cold"]
     records = by_key(outcome.records)
     for role, method in (("original", None), ("retrained", None), ("unlearned", "finetune"),
                          ("unlearned", "retrain")):
@@ -54,21 +58,31 @@ def test_job_completes_with_every_record(twice):
                if r["value"] is not None)
 
 
-def test_same_job_twice_with_empty_caches_gives_bit_identical_records(twice):
-    first, second, _ = twice
+def test_same_job_twice_with_empty_caches_gives_bit_identical_records(runs):
+    first, second = runs["cold"], runs["own_cache"]
     assert first.cache["original"]["key"] == second.cache["original"]["key"]
     assert not first.cache["original"]["hit"] and not second.cache["original"]["hit"]
     assert scientific(first.records) == scientific(second.records)
 
 
-def test_cache_hits_give_the_same_records_as_training(twice):
-    _, second, cached = twice
-    assert cached.cache["original"]["hit"] and all(r["hit"] for r in cached.cache["retrained"])
-    assert scientific(cached.records) == scientific(second.records)
+def test_a_warm_cache_gives_exactly_the_cold_run(runs):
+    cold, warm = runs["own_cache"], runs["warm"]
+    assert warm.cache["original"]["hit"] and all(r["hit"] for r in warm.cache["retrained"])
+    assert warm.cache["original"]["key"] == cold.cache["original"]["key"]
+    assert warm.numerics == cold.numerics
+    assert scientific(warm.records) == scientific(cold.records)  # bit for bit, M_o, M_r and SSD's importances reused
 
 
-def test_retrain_baseline_matches_the_retrained_model_exactly(twice):
-    records = [r for r in twice[0].records if r["method"] == "retrain"]
+def test_thread_count_is_part_of_every_cache_key(runs):
+    one, two = runs["cold"], runs["two_threads"]
+    assert one.numerics["threads"] == 1 and two.numerics["threads"] == 2
+    assert one.cache["original"]["key"] != two.cache["original"]["key"]
+    assert one.cache["retrained"][0]["key"] != two.cache["retrained"][0]["key"]
+    assert not two.cache["original"]["hit"] and not two.cache["retrained"][0]["hit"]  # trained, not served
+
+
+def test_retrain_baseline_matches_the_retrained_model_exactly(runs):
+    records = [r for r in runs["cold"].records if r["method"] == "retrain"]
     deltas = [r for r in records if r["metric"].startswith("delta_")]
     assert len(deltas) == 9 and all(r["value"] == 0.0 for r in deltas)
     values = by_key(records)
@@ -78,12 +92,12 @@ def test_retrain_baseline_matches_the_retrained_model_exactly(twice):
         assert values["3", "retrain", "unlearned", "js_divergence", split] == 0.0
         assert values["3", "retrain", "unlearned", "activation_distance", split] == 0.0
     # its cost is that of retraining, not of returning a model
-    retrained = by_key(twice[0].records)["3", None, "retrained", "time_s", None]
+    retrained = by_key(runs["cold"].records)["3", None, "retrained", "time_s", None]
     assert values["3", "retrain", "unlearned", "time_s", None] == retrained > 0.1
 
 
-def test_finetune_moves_away_from_the_original(twice):
-    records = by_key(twice[0].records)
+def test_finetune_moves_away_from_the_original(runs):
+    records = by_key(runs["cold"].records)
     assert records["3", "finetune", "unlearned", "layer_distance", None] > 0
     assert records["3", "finetune", "unlearned", "acc", "forget_test"] < records["3", None, "original", "acc",
                                                                                   "forget_test"]

@@ -1,5 +1,6 @@
-"""The numerics identity (what besides the config fixes a float trajectory): what it holds, that it separates cache
-entries, that a warm cache equals a cold run, and that the report warns when one sweep mixes identities."""
+"""The numerics identity (what besides the config fixes a float trajectory): what it holds, and that the report warns
+when one sweep mixes identities. That it separates cache entries and that a warm cache equals a cold run:
+test_job.py, on the jobs it runs anyway."""
 
 from __future__ import annotations
 
@@ -8,14 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY, run_in_process
 
 from unlearnbench.report.build import build_report
 from unlearnbench.report.read.collect import describe_numerics, mixed_numerics
 from unlearnbench.runtime.numerics import _proc_cpuinfo, numerics_id, numerics_identity
 from unlearnbench.runtime.seeding import configure_determinism
-
-COST = ("time_s", "memory_gib", "utilisation_pct")
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -81,42 +79,6 @@ def test_a_gpu_is_identified_by_name_capability_and_libraries(monkeypatch):
     assert gpu == {"device": "cuda", "gpu": "NVIDIA H200 #1", "capability": "9.0", "cuda": torch.version.cuda,
                    "cudnn": 91000}
     assert "threads" not in gpu  # the host's thread count does not steer a GPU's kernels
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """The same TINY job (SSD, which also caches an importance per M_o) four times on one cache: 1 thread cold,
-    2 threads, 1 thread warm; and 1 thread cold on a cache of its own. (At 2 threads only M_o and M_r matter: the
-    job runs `retrain`, which trains nothing more.)"""
-    folder = tmp_path_factory.mktemp("numerics")
-    configure = [*TINY, "seeds.train=3"]
-    out = {"cold": run_in_process(configure, folder, ["ssd"]),
-           "two_threads": run_in_process([*configure, "runtime.threads=2"], folder, ["retrain"]),
-           "warm": run_in_process(configure, folder, ["ssd"]),
-           "own_cache": run_in_process(configure, folder / "elsewhere", ["ssd"])}
-    for name, outcome in out.items():
-        assert outcome.error is None, (name, outcome.trace)
-    return out
-
-
-def science(outcome) -> list[dict]:
-    return [r for r in outcome.records if r["metric"] not in COST]
-
-
-def test_thread_count_is_part_of_every_cache_key(runs):
-    cold, two = runs["cold"], runs["two_threads"]
-    assert cold.numerics["threads"] == 1 and two.numerics["threads"] == 2
-    assert cold.cache["original"]["key"] != two.cache["original"]["key"]
-    assert cold.cache["retrained"][0]["key"] != two.cache["retrained"][0]["key"]
-    assert not two.cache["original"]["hit"] and not two.cache["retrained"][0]["hit"]  # trained, not served
-
-
-def test_a_warm_cache_gives_exactly_the_cold_run(runs):
-    cold, warm, own = runs["cold"], runs["warm"], runs["own_cache"]
-    assert not cold.cache["original"]["hit"] and warm.cache["original"]["hit"] and warm.cache["retrained"][0]["hit"]
-    assert warm.cache["original"]["key"] == cold.cache["original"]["key"] == own.cache["original"]["key"]
-    assert warm.numerics == cold.numerics
-    assert science(warm) == science(cold) == science(own)  # bit for bit, M_o, M_r and SSD's importances reused
 
 
 def identity(threads: int, cpu: str = "AMD EPYC") -> dict:

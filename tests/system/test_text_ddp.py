@@ -50,14 +50,15 @@ def test_each_rank_takes_its_own_slice_of_the_one_process_batch():
 
 @pytest.mark.processes
 def test_two_ranks_give_one_process_metrics(tmp_path, shared_cache):
-    """One process's models in the suite's cache (test_text_job.py's example trains them too); two ranks' are
-    another trajectory, trained here."""
+    """M_o and M_r fine-tuned for 5 epochs, not the experiment's 20: what is compared is the arithmetic of one
+    process and of two ranks, and training is most of a two-rank job's time. One process's models in the suite's
+    cache; two ranks' are another trajectory, trained here."""
     results = []
     for name, options in (("one", [f"paths.cache_dir={shared_cache}"]),
                           ("two", ["strategy=ddp_spawn", "strategy.devices=2"])):
         (tmp_path / name).mkdir()
-        run = run_cli(["experiment=tofu", METHODS, "runtime.accelerator=cpu", "runtime.threads=1", *options],
-                      tmp_path / name)
+        run = run_cli(["experiment=tofu", METHODS, "train.epochs=5", "runtime.accelerator=cpu", "runtime.threads=1",
+                       *options], tmp_path / name)
         assert run.returncode == 0, run.stderr[-3000:]
         result = json.loads(next((tmp_path / name / "sweep").glob("*/result.json")).read_text())
         assert result["status"] == "complete" and not result["failures"]
