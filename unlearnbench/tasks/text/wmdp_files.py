@@ -1,0 +1,92 @@
+"""WMDP's published files, read from local folders (nothing is downloaded).
+
+- Questions: cais/wmdp's layout, `<root>/wmdp-<subset>/test-*.parquet` (subset bio, cyber or chem), one row per
+  question with `question` (a string), `choices` (4 strings) and `answer` (0–3); MMLU-format files have the same
+  fields.
+- Corpora: `<corpora>/<subset>-forget-corpus.jsonl` and `<subset>-retain-corpus.jsonl`, one text a line. As WMDP's own
+  loader reads them (centerforaisafety/wmdp, `rmu/utils.py` `get_data`): a line of `bio-forget-corpus.jsonl` is a JSON
+  object whose `text` is the text, every other corpus's line is the text itself; an empty text is skipped (its
+  `min_len` of 0 keeps texts longer than 0 characters). Unlike that loader, a line's text ends before its line
+  break (WMDP's raw lines keep the "\n").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from unlearnbench.core.errors import UserError
+from unlearnbench.tasks.text.multiple_choice import LETTERS
+
+SUBSETS = ("bio", "cyber", "chem")
+HUB = "cais/wmdp"
+
+
+def question_files(root: Path, subset: str) -> list[Path]:
+    """The subset's parquet files, or one line naming what is missing and how to get it."""
+    if subset not in SUBSETS:
+        raise UserError(f"the 'subset' option of dataset wmdp must be one of {', '.join(SUBSETS)}; got {subset!r} "
+                        f"instead")
+    files = sorted((root / f"wmdp-{subset}").glob("test-*.parquet"))
+    if not files:
+        raise UserError(f"dataset wmdp: no {root / f'wmdp-{subset}'}/test-*.parquet; put {HUB}'s files there "
+                        f"(hf download {HUB} --repo-type dataset --local-dir {root})")
+    return files
+
+
+def read_questions(files: list[Path]) -> list[dict]:
+    """Every question of `files`, checked: a non-empty question, 4 string choices, an answer index 0–3."""
+    import pyarrow.parquet as pq
+
+    questions = []
+    for path in files:
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except Exception as error:  # pyarrow's and the OS's many errors: all mean this file is unreadable
+            raise UserError(f"{path}: cannot be read as parquet ({str(error).splitlines()[0]})") from None
+        questions += [question(row, f"{path}, row {number}") for number, row in enumerate(rows)]
+    return questions
+
+
+def question(row: dict, where: str) -> dict:
+    missing = [key for key in ("question", "choices", "answer") if key not in row]
+    if missing:
+        raise UserError(f"{where}: no {', '.join(map(repr, missing))} field; a multiple-choice row has question, "
+                        f"choices and answer")
+    text, choices, answer = row["question"], row["choices"], row["answer"]
+    if not isinstance(text, str) or not text.strip():
+        raise UserError(f"{where}: the question must be a non-empty string; got {text!r:.80} instead")
+    if not (isinstance(choices, list) and len(choices) == len(LETTERS) and all(isinstance(c, str) for c in choices)):
+        raise UserError(f"{where}: 'choices' must be {len(LETTERS)} strings; got {choices!r:.80} instead")
+    if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(LETTERS):
+        raise UserError(f"{where}: 'answer' must be an index 0-{len(LETTERS) - 1}; got {answer!r} instead")
+    return {"question": text, "choices": list(choices), "answer": answer}
+
+
+def corpus_file(corpora: Path, subset: str, part: str) -> Path:
+    path = corpora / f"{subset}-{part}-corpus.jsonl"
+    if not path.is_file():
+        raise UserError(f"dataset wmdp: no {path}; put WMDP's corpora there (the {subset}-forget-corpus.jsonl and "
+                        f"{subset}-retain-corpus.jsonl files of its wmdp-corpora release)")
+    return path
+
+
+def read_corpus(path: Path) -> list[str]:
+    """The texts of one corpus file, as WMDP's loader reads it: JSON objects' `text` in bio's forget corpus, the
+    lines themselves elsewhere."""
+    wrapped = path.name == "bio-forget-corpus.jsonl"
+    texts = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not wrapped:
+            texts += [line] if line else []
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise UserError(f"{path}, line {number}: not JSON ({error.msg}); each line of bio's forget corpus is an "
+                            f"object with a 'text' field") from None
+        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+            raise UserError(f"{path}, line {number}: no 'text' string; each line of bio's forget corpus is an object "
+                            f"with a 'text' field")
+        texts += [row["text"]] if row["text"] else []
+    return texts
