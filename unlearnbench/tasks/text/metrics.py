@@ -145,6 +145,16 @@ def rouge_l_recall(generations: Sequence[str], references: Sequence[str]) -> np.
                      for generation, reference in zip(generations, references, strict=True)], dtype=np.float64)
 
 
+def rouge_l_f1(generations: Sequence[str], references: Sequence[str]) -> np.ndarray:
+    """Per example, ROUGE-L F1 of a generation against its reference (the same scorer as `rouge_l_recall`): MUSE's
+    VerbMem and KnowMem as OpenUnlearning scores them (`rouge_type: rougeL_f1`, in [0, 1])."""
+    if len(generations) != len(references):
+        raise ValueError(f"{len(generations)} generations for {len(references)} references: one of each per example")
+    scorer = _rouge_scorer()
+    return np.array([scorer.score(reference, generation)["rougeL"].fmeasure
+                     for generation, reference in zip(generations, references, strict=True)], dtype=np.float64)
+
+
 def exact_memorization(predictions: ArrayLike, labels: ArrayLike) -> float:
     """The fraction of answer positions where the teacher-forced argmax prediction is the label."""
     predictions, labels = np.asarray(predictions), np.asarray(labels)
