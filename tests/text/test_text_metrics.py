@@ -131,6 +131,15 @@ def test_rouge_l_recall_is_the_lcs_of_stemmed_words_over_the_reference():
         metrics.rouge_l_recall(["a", "b"], ["a"])
 
 
+def test_leak_at_k_is_the_best_samples_rouge_l_recall_per_prompt():
+    samples = [["the dog", "the cat on mat", "mat"], ["nothing here"], ["two", "Two cats."]]
+    leak = metrics.leak_at_k(samples, ["the cat sat on the mat", "a b", "two cat"])
+    assert leak.tolist() == pytest.approx([4 / 6, 0.0, 1.0])  # recalls (1/6, 4/6, 1/6), (0), (1/2, 1)
+    for bad in ([["a"]], [["a"], []]):
+        with pytest.raises(ValueError, match="at least one sample for each of the 2 references"):
+            metrics.leak_at_k(bad, ["a", "b"])
+
+
 @pytest.mark.parametrize(("predictions", "labels", "em", "es"), [
     ([1, 2, 3, 4], [1, 2, 3, 4], 1.0, 1.0),
     ([9, 2, 3, 4], [1, 2, 3, 4], 0.75, 0.75),

@@ -155,6 +155,16 @@ def rouge_l_f1(generations: Sequence[str], references: Sequence[str]) -> np.ndar
                      for generation, reference in zip(generations, references, strict=True)], dtype=np.float64)
 
 
+def leak_at_k(samples: Sequence[Sequence[str]], references: Sequence[str]) -> np.ndarray:
+    """Per prompt, Leak@k (arXiv 2511.04934): the largest ROUGE-L recall against the reference among the prompt's k
+    sampled generations, so that an answer that surfaces in any one sample counts as leaked."""
+    if len(samples) != len(references) or any(not drawn for drawn in samples):
+        raise ValueError(f"leak@k needs at least one sample for each of the {len(references)} references; got "
+                         f"{[len(drawn) for drawn in samples]} samples")
+    return np.array([rouge_l_recall(drawn, [reference] * len(drawn)).max()
+                     for drawn, reference in zip(samples, references, strict=True)], dtype=np.float64)
+
+
 def exact_memorization(predictions: ArrayLike, labels: ArrayLike) -> float:
     """The fraction of answer positions where the teacher-forced argmax prediction is the label."""
     predictions, labels = np.asarray(predictions), np.asarray(labels)
