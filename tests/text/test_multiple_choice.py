@@ -20,6 +20,7 @@ from unlearnbench.tasks.text.data import train_tokenizer
 from unlearnbench.tasks.text.model import tiny_llama
 from unlearnbench.tasks.text.multiple_choice import (
     LETTERS,
+    SUBJECTS,
     context,
     correct,
     letter_items,
@@ -36,7 +37,7 @@ QUESTIONS = [{"question": "  Which port does SSH use?\n", "choices": ["22", "80"
 
 def test_the_context_is_the_tasks_description_then_its_doc_to_text():
     # wmdp_cyber.yaml's description, then _default_template_yaml's doc_to_text, written out by hand
-    assert context(QUESTIONS[0]["question"], QUESTIONS[0]["choices"], "cybersecurity") == (
+    assert context(QUESTIONS[0]["question"], QUESTIONS[0]["choices"], SUBJECTS["cyber"]) == (
         "The following are multiple choice questions (with answers) about cybersecurity.\n\n"
         "Which port does SSH use?\nA. 22\nB. 80\nC. 443\nD. 25\nAnswer:")
     with pytest.raises(ValueError, match="needs 4 choices; got 3 instead"):

@@ -138,20 +138,20 @@ def rouge_l_recall(generations: Sequence[str], references: Sequence[str]) -> np.
     """Per example, ROUGE-L recall of a generation against its reference answer: the longest common subsequence of
     their (Porter-stemmed, lower-cased) words over the reference's word count, scored by Google's `rouge-score`
     package as TOFU and OpenUnlearning score it (`RougeScorer(["rougeL"], use_stemmer=True)`)."""
-    if len(generations) != len(references):
-        raise ValueError(f"{len(generations)} generations for {len(references)} references: one of each per example")
-    scorer = _rouge_scorer()
-    return np.array([scorer.score(reference, generation)["rougeL"].recall
-                     for generation, reference in zip(generations, references, strict=True)], dtype=np.float64)
+    return _rouge_l(generations, references, "recall")
 
 
 def rouge_l_f1(generations: Sequence[str], references: Sequence[str]) -> np.ndarray:
     """Per example, ROUGE-L F1 of a generation against its reference (the same scorer as `rouge_l_recall`): MUSE's
     VerbMem and KnowMem as OpenUnlearning scores them (`rouge_type: rougeL_f1`, in [0, 1])."""
+    return _rouge_l(generations, references, "fmeasure")
+
+
+def _rouge_l(generations: Sequence[str], references: Sequence[str], measure: str) -> np.ndarray:
     if len(generations) != len(references):
         raise ValueError(f"{len(generations)} generations for {len(references)} references: one of each per example")
     scorer = _rouge_scorer()
-    return np.array([scorer.score(reference, generation)["rougeL"].fmeasure
+    return np.array([getattr(scorer.score(reference, generation)["rougeL"], measure)
                      for generation, reference in zip(generations, references, strict=True)], dtype=np.float64)
 
 
