@@ -127,7 +127,7 @@ def test_the_console_script_prints_the_table_and_reproduces_the_sweeps_numbers(f
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    (["dataset=fictitious"], "the text task runs model=causal_lm in scenario=forget_entities (not resnet18 in "
+    (["dataset=fictitious"], "dataset fictitious runs model=causal_lm in scenario=forget_entities (not resnet18 in "
                              "full_class): use experiment=tofu"),
     (["experiment=tofu", "scenario.count=3"], "set exactly one of scenario.split, scenario.fraction and "
                                               "scenario.count (set: split, count)"),

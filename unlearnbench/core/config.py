@@ -134,6 +134,16 @@ class Relearn:
 
 
 @dataclass
+class Sampling:
+    """Leak@k (arXiv 2511.04934; docs/text.md): `k` sampled generations per forget prompt of the text task, every
+    draw from the evaluation seed, at `temperature` with nucleus `top_p`; 0: off (greedy generations alone)."""
+
+    k: int = ranged(0, AT_LEAST_0)
+    temperature: float = ranged(1.0, POSITIVE)
+    top_p: float = ranged(1.0, Range(low=0, high=1, low_open=True))
+
+
+@dataclass
 class Evaluation:
     batch_size: int | None = ranged(None, AT_LEAST_1, optional=True)  # null: by device, 64 on CPUs, 1024 on GPUs
     mia_max_members: int = ranged(10000, AT_LEAST_1)  # the MIA attacker sees at most this many retain samples
@@ -141,6 +151,7 @@ class Evaluation:
     examples: bool = True  # write examples.parquet (per-example outputs for the forgetting-quality scores)
     examples_per_split: int = ranged(1000, AT_LEAST_0)  # of D_r and of D'_r (D_f is always whole)
     relearn: Relearn = field(default_factory=Relearn)  # relearn time, opt-in (`evaluation.relearn.enabled=true`)
+    sampling: Sampling = field(default_factory=Sampling)  # leak@k on the text task, opt-in (`evaluation.sampling.k`)
     # Metrics added to the task's own (`+metric=NAME`, conf/metric/): slot → a component of the job's task
     # (docs/extending.md, "A metric"); each declares its name, label and ideal beside its function.
     metrics: dict[str, Any] = field(default_factory=dict)

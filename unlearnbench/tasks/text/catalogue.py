@@ -15,6 +15,7 @@ CATALOGUE = Catalogue(
      Metric("rouge_l_recall", "ROUGE", RETRAINED, headline=(FORGET,)),
      Metric("truth_ratio", "TR", RETRAINED, headline=(FORGET,)),
      Metric("extraction_strength", "ES", RETRAINED),
+     Metric("leak_at_k", "Leak@k", RETRAINED),
      Metric("exact_memorization", "EM", RETRAINED),
      Metric("mia_loss_auc", "mia_loss_auc", RETRAINED),
      Metric("mia_zlib_auc", "mia_zlib_auc", RETRAINED),
@@ -26,3 +27,22 @@ CATALOGUE = Catalogue(
     (Derived("forget_quality_first", source="forget_quality", split=FORGET, column="truth_ratio",
              statistic="ks_p_value"),),
     PerExample(FORGET, "retain", "holdout"))
+
+# MUSE (muse_bench.py): memorisation and knowledge closest to M_r's, privleak 0 (M_r's own leakage).
+MUSE_CATALOGUE = Catalogue(
+    (Metric("verbmem_rouge", "VerbMem", RETRAINED, headline=(FORGET,), leaderboard=(FORGET,), figure=(FORGET,)),
+     Metric("knowmem_rouge", "KnowMem", RETRAINED, headline=(FORGET, "retain"), leaderboard=(FORGET, "retain"),
+            figure=(FORGET, "retain")),
+     Metric("privleak", "privleak", 0.0, headline=(FORGET,), leaderboard=(FORGET,), figure=(FORGET,)),
+     Metric("mia_min_k_auc", "MinK AUC", RETRAINED),
+     Metric("extraction_strength", "ES", RETRAINED),
+     Metric("leak_at_k", "Leak@k", RETRAINED)),
+    {FORGET: "D_f", "retain": "D_r"},
+    frozenset({"text_retrain"}))
+
+# WMDP (wmdp_bench.py): the hazard and general accuracies closest to M_r's.
+WMDP_CATALOGUE = Catalogue(
+    (Metric("mc_accuracy", "Acc", RETRAINED, headline=(FORGET, "general"), leaderboard=(FORGET, "general"),
+            figure=(FORGET, "general")),),
+    {FORGET: "D_f", "general": "general"},
+    frozenset({"text_retrain"}))

@@ -12,6 +12,8 @@ OpenUnlearning), the answer itself on the general sets (TOFU's real authors and 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,6 +24,7 @@ from torch import nn
 
 from unlearnbench.core.errors import UserError
 from unlearnbench.runtime import interrupt
+from unlearnbench.runtime.seeding import streams
 from unlearnbench.tasks.image.metrics.examples import ExampleTable
 from unlearnbench.tasks.text import metrics
 from unlearnbench.tasks.text.data import collate
@@ -60,6 +63,7 @@ class SplitOutputs:
     exact: np.ndarray  # exact memorisation
     extraction: np.ndarray  # extraction strength
     mia: dict[str, np.ndarray] = field(default_factory=dict)  # higher = less likely a member
+    leak: np.ndarray | None = None  # Leak@k per prompt, where `evaluation.sampling` draws samples
 
     @property
     def truth_ratio(self) -> np.ndarray | None:
@@ -72,8 +76,9 @@ class SplitOutputs:
 
 class TextEvaluator:
     def __init__(self, fabric: Fabric, encoder: Encoder, splits: TextSplits, batch_size: int,
-                 max_new_tokens: int) -> None:
+                 max_new_tokens: int, sampling: Sampling | None = None) -> None:
         self.fabric, self.encoder, self.batch_size, self.max_new_tokens = fabric, encoder, batch_size, max_new_tokens
+        self.sampling = sampling
         self.items = {name: self.encode(records) for name, records in splits.evaluated().items()}
 
     def encode(self, records: list[dict]) -> SplitItems:
@@ -100,7 +105,13 @@ class TextEvaluator:
     @torch.no_grad()
     def outputs(self, model: nn.Module) -> dict[str, SplitOutputs]:
         model.eval()
-        return {name: self.split_outputs(model, items) for name, items in self.items.items()}
+        outputs = {name: self.split_outputs(model, items) for name, items in self.items.items()}
+        if self.sampling is not None:
+            forget = self.items[FORGET]
+            samples = sampled(self.fabric, model, self.encoder.tokenizer, forget.prompts, self.batch_size,
+                              self.max_new_tokens, self.sampling)
+            outputs[FORGET].leak = metrics.leak_at_k(samples, forget.references)
+        return outputs
 
     def split_outputs(self, model: nn.Module, items: SplitItems) -> SplitOutputs:
         scores = self.scores(model, items.answers)
@@ -126,39 +137,99 @@ class TextEvaluator:
             mia=mia)
 
     def scores(self, model: nn.Module, items: Items) -> list:
-        with self.fabric.autocast():
-            return [answer_scores(model, items.rows(torch.arange(start, min(start + self.batch_size, len(items)))))
-                    for start in interrupt.checked(range(0, len(items), self.batch_size))]
+        return batch_scores(self.fabric, model, items, self.batch_size)
 
     def losses(self, model: nn.Module, items: Items) -> np.ndarray:
         return np.concatenate([b.loss.double().cpu().numpy() for b in self.scores(model, items)])
 
     def generate(self, model: nn.Module, prompts: list[list[int]]) -> list[str]:
-        """Greedy continuations of left-padded prompts, cut at the first eos (OpenUnlearning's generation
-        defaults, with `max_new_tokens` from the model config).
+        return generate(self.fabric, model, self.encoder.tokenizer, prompts, self.batch_size, self.max_new_tokens)
 
-        `generate` runs inside the strategy's wrapper (Fabric's `mark_forward_method`), where FSDP gathers the
-        parameters it shards; with several ranks every rank takes a step until all are done (`synced_gpus`), as
-        sharded weights are gathered by all of them at each step."""
-        from transformers import StoppingCriteriaList
+    @staticmethod
+    def values(outputs: dict[str, SplitOutputs], retrained: dict[str, SplitOutputs]) -> dict:
+        return model_scores(outputs, retrained)
 
-        tokenizer = self.encoder.tokenizer
-        if is_wrapped(model):
-            model.mark_forward_method("generate")
-        texts = []
-        for start in interrupt.checked(range(0, len(prompts), self.batch_size)):
-            chunk = [{"input_ids": p, "labels": p} for p in prompts[start:start + self.batch_size]]
-            batch = {k: v.to(self.fabric.device) for k, v in collate(chunk, tokenizer.pad_token_id, left=True).items()}
-            with self.fabric.autocast():
+    @staticmethod
+    def finite(outputs: dict[str, SplitOutputs]) -> bool:
+        return all(out.finite() for out in outputs.values())
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampled decoding for Leak@k (`evaluation.sampling`): `k` generations per prompt at `temperature` with nucleus
+    `top_p` (no top-k cut), the draws from the global RNG seeded with `seed` (derived from the evaluation seed) for
+    every model alike."""
+
+    k: int
+    temperature: float
+    top_p: float
+    seed: int
+
+    @classmethod
+    def of(cls, options: dict, eval_seed: int) -> Sampling | None:
+        """The job's sampling, or None where `evaluation.sampling.k` is 0."""
+        if not options["k"]:
+            return None
+        return cls(options["k"], options["temperature"], options["top_p"], streams("sampling", eval_seed).seed)
+
+
+def generate(fabric: Fabric, model: nn.Module, tokenizer, prompts: list[list[int]], batch_size: int,
+             max_new_tokens: int, sampling: Sampling | None = None) -> list[str]:
+    """Continuations of left-padded prompts, cut at the first eos: greedy (OpenUnlearning's generation defaults,
+    with `max_new_tokens` from the model config or the benchmark), or `sampling.k` sampled ones per prompt, a
+    prompt's samples consecutive.
+
+    `generate` runs inside the strategy's wrapper (Fabric's `mark_forward_method`), where FSDP gathers the
+    parameters it shards; with several ranks every rank takes a step until all are done (`synced_gpus`), as
+    sharded weights are gathered by all of them at each step."""
+    from transformers import StoppingCriteriaList
+
+    if is_wrapped(model):
+        model.mark_forward_method("generate")
+    decoding = {"do_sample": False} if sampling is None else {
+        "do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0,
+        "num_return_sequences": sampling.k}
+    texts = []
+    with drawn_from(fabric, None if sampling is None else sampling.seed):
+        for start in interrupt.checked(range(0, len(prompts), batch_size)):
+            chunk = [{"input_ids": p, "labels": p} for p in prompts[start:start + batch_size]]
+            batch = {k: v.to(fabric.device) for k, v in collate(chunk, tokenizer.pad_token_id, left=True).items()}
+            with fabric.autocast():
                 out = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                     max_new_tokens=self.max_new_tokens, do_sample=False,
-                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                                     synced_gpus=self.fabric.world_size > 1,
-                                     stopping_criteria=StoppingCriteriaList([StopOnInterrupt()]))
+                                     max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                     eos_token_id=tokenizer.eos_token_id, synced_gpus=fabric.world_size > 1,
+                                     stopping_criteria=StoppingCriteriaList([StopOnInterrupt()]), **decoding)
             for row in out[:, batch["input_ids"].shape[1]:].tolist():
                 cut = row.index(tokenizer.eos_token_id) if tokenizer.eos_token_id in row else len(row)
                 texts.append(tokenizer.decode(row[:cut], skip_special_tokens=True).strip())
-        return texts
+    return texts
+
+
+def sampled(fabric: Fabric, model: nn.Module, tokenizer, prompts: list[list[int]], batch_size: int,
+            max_new_tokens: int, sampling: Sampling) -> list[list[str]]:
+    """`sampling.k` sampled continuations of each prompt."""
+    texts = generate(fabric, model, tokenizer, prompts, batch_size, max_new_tokens, sampling)
+    return [texts[i * sampling.k:(i + 1) * sampling.k] for i in range(len(prompts))]
+
+
+@contextmanager
+def drawn_from(fabric: Fabric, seed: int | None) -> Iterator[None]:
+    """The block's draws from the global RNGs (the CPU's and the job's accelerator's) seeded with `seed`, restored
+    afterwards; nothing changes where `seed` is None."""
+    if seed is None:
+        yield
+        return
+    devices = [fabric.device] if fabric.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def batch_scores(fabric: Fabric, model: nn.Module, items: Items, batch_size: int) -> list:
+    """`answer_scores` of every batch of `items`, in order."""
+    with fabric.autocast():
+        return [answer_scores(model, items.rows(torch.arange(start, min(start + batch_size, len(items)))))
+                for start in interrupt.checked(range(0, len(items), batch_size))]
 
 
 class StopOnInterrupt:
@@ -173,9 +244,11 @@ class StopOnInterrupt:
 def split_scores(name: str, out: SplitOutputs) -> dict:
     """A split's aggregates: probability (normalised over the options on the general sets, as TOFU's ra/wf),
     truth ratio (closer_to_1_better on forget, true_better elsewhere), ROUGE-L recall; and on forget, exact
-    memorisation and extraction strength."""
+    memorisation, extraction strength and, where samples were drawn, Leak@k."""
     general = name.startswith("general_")
     scores = {("rouge_l_recall", name): float(out.rouge.mean())}
+    if out.leak is not None:
+        scores[("leak_at_k", name)] = float(out.leak.mean())
     if general and out.loss_perturbed is not None:
         scores[("prob", name)] = metrics.normalised_probability(out.loss, out.loss_perturbed)
     else:

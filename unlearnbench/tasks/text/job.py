@@ -37,8 +37,8 @@ from unlearnbench.runtime.cache import ModelCache, cache_key, cached_or_trained
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.seeding import global_seed, streams
 from unlearnbench.runtime.train import NonFiniteStep
-from unlearnbench.tasks.text.data import IDK_ANSWERS, TextData
-from unlearnbench.tasks.text.evaluate import TextEvaluator, TextExamples, model_scores
+from unlearnbench.tasks.text.data import IDK_ANSWERS
+from unlearnbench.tasks.text.evaluate import Sampling, TextEvaluator, TextExamples
 from unlearnbench.tasks.text.methods.base import TextMethod, TextTask
 from unlearnbench.tasks.text.model import CausalLM
 from unlearnbench.tasks.text.relearn import TextRelearning, bare_copy
@@ -75,17 +75,33 @@ def subclass(config: dict, kind: str, base: type) -> bool:
 class TextBench(Bench):
     """What the stages of one text job share: data, tokenizer, encoder, model cache and monitor."""
 
+    scenario_type: type = ForgetEntities  # the scenario and preset this bench's data runs in
+    preset = "experiment=tofu"
+
     def __init__(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
+        self.prepare(fabric, plan, outcome)
+        self.targets = self.scenario.targets(self.data)
+        self.splits = {target: self.scenario.split(self.data, streams("forget_set", self.seeds["forget"]).torch)
+                       for target in self.targets}  # before any training: a forget set that cannot be fails here
+        self.general = self.data.real_authors + self.data.world_facts
+        if plan.config["evaluation"]["examples"]:
+            outcome.examples = TextExamples(0, outcome.dataset["fingerprint"])
+
+    def prepare(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
+        """What every text bench shares: the data loaded, the scenario, model and methods built, the tokenizer
+        learnt or loaded, the model cache and the cost monitor; the settings that cannot work refused."""
         config = plan.config
         self.fabric, self.config, self.outcome, self.seeds = fabric, config, outcome, config["seeds"]
         with outcome.stage(f"loading {config['dataset']['name']}", "load_data") as loading:
-            self.data: TextData = build(config["dataset"], "dataset").load()
-            loading.note(f"{len(self.data.full):,} records of {len(self.data.entities())} entities")
+            self.data = build(config["dataset"], "dataset").load()
+            loading.note(self.data_note())
         outcome.dataset = self.data.describe()
-        if not (subclass(config["scenario"], "scenario", ForgetEntities) and subclass(config["model"], "model",
-                                                                                       CausalLM)):
-            raise UserError(f"the text task runs model=causal_lm in scenario=forget_entities (not "
-                            f"{config['model']['name']} in {config['scenario']['name']}): use experiment=tofu")
+        if not (subclass(config["scenario"], "scenario", self.scenario_type) and subclass(config["model"], "model",
+                                                                                          CausalLM)):
+            scenario = config["scenario"]["name"]
+            raise UserError(f"dataset {config['dataset']['name']} runs model=causal_lm in scenario="
+                            f"{self.scenario_type().name} (not {config['model']['name']} in {scenario}): use "
+                            f"{self.preset}")
         self.scenario, self.model = build(config["scenario"], "scenario"), build(config["model"], "model")
         self.methods: list[TextMethod] = [build(m, "method") for m in plan.methods]
         self.tokenizer = self.model.tokenizer(self.data.texts() + list(IDK_ANSWERS))
@@ -96,16 +112,13 @@ class TextBench(Bench):
         self.identity = {"artefact": "text_model", "version": __version__, "dataset": self.data.name,
                          "data": outcome.dataset["fingerprint"], "model": self.model.identity(self.tokenizer),
                          "recipe": config["train"], "numerics": outcome.numerics}
-        self.targets = self.scenario.targets(self.data)
-        self.splits = {target: self.scenario.split(self.data, streams("forget_set", self.seeds["forget"]).torch)
-                       for target in self.targets}  # before any training: a forget set that cannot be fails here
-        self.general = self.data.real_authors + self.data.world_facts
         if config["evaluation"]["relearn"]["enabled"] and shards_weights(fabric):
             raise UserError(f"evaluation.relearn copies each model whole, which strategy={config['strategy']['name']} "
                             f"splits across ranks; for relearn time use strategy single, ddp, ddp_spawn or "
                             f"deepspeed_stage_1/2")
-        if config["evaluation"]["examples"]:
-            outcome.examples = TextExamples(0, outcome.dataset["fingerprint"])
+
+    def data_note(self) -> str:
+        return f"{len(self.data.full):,} records of {len(self.data.entities())} entities"
 
     def items(self, records: list[dict]) -> Items:
         try:
@@ -148,11 +161,22 @@ class TextBench(Bench):
     def original(self) -> TunedModel:
         """M_o: fine-tuned on the full set and the general sets with the training seed."""
         seed = self.seeds["train"]
-        original = self.tuned(self.data.full + self.general, "original", seed,
-                              f"original model (training seed {seed})")
+        original = self.tuned(self.original_records(), "original", seed, f"original model (training seed {seed})")
         self.outcome.cache["original"] = original.cache
         self.outcome.keep_curve("original", seed, original.curve, cached=original.cache["hit"])
         return original
+
+    def original_records(self) -> list[dict]:
+        """What M_o trains on: the full set and the general sets."""
+        return self.data.full + self.general
+
+    def retrained_records(self, splits: TextSplits) -> list[dict]:
+        """What M_r trains on, and the methods' retain set: the retain set and the general sets."""
+        return splits.retain + self.general
+
+    def method_retain(self, splits: TextSplits) -> list[dict]:
+        """The methods' retain set: what M_r trains on."""
+        return self.retrained_records(splits)
 
     def split(self, target: str) -> TextSplits:
         splits = self.splits[target]
@@ -163,7 +187,7 @@ class TextBench(Bench):
     def retrained(self, target: str, splits: TextSplits) -> TunedModel:
         """M_r: fine-tuned on the retain set and the general sets with the unlearning seed."""
         seed = self.seeds["unlearn"]
-        retrained = self.tuned(splits.retain + self.general, "retrained", seed,
+        retrained = self.tuned(self.retrained_records(splits), "retrained", seed,
                                f"target {target}: retrained model (unlearning seed {seed})", splits.entities)
         self.outcome.cache["retrained"].append({"target": target, **retrained.cache})
         self.outcome.keep_curve("retrained", seed, retrained.curve, target, cached=retrained.cache["hit"])
@@ -173,8 +197,8 @@ class TextBench(Bench):
                 retrained: TunedModel) -> tuple[nn.Module, Cost]:
         """M_u = method(copy of M_o), timed with memory sampled; its randomness from the unlearning seed."""
         task = TextTask(self.fabric, self.encoder, splits, self.items(splits.forget),
-                        self.items(splits.retain + self.general), streams("method", self.seeds["unlearn"],
-                                                                            method.name, target),
+                        self.items(self.method_retain(splits)), streams("method", self.seeds["unlearn"],
+                                                                             method.name, target),
                         self.recipe, original=lambda: self.copy(original), retrained=retrained.module,
                         retrained_cost=retrained.cost)
         title, diverged = f"target {target}: {method.name}", None
@@ -195,8 +219,12 @@ class TextBench(Bench):
     def evaluation(self, target: str, splits: TextSplits, original: TunedModel,
                    retrained: TunedModel) -> TextEvaluation:
         evaluator = TextEvaluator(self.fabric, self.encoder, splits, self.config["evaluation"]["batch_size"]
-                                  or EVAL_BATCH, self.model.max_new_tokens)
+                                  or EVAL_BATCH, self.model.max_new_tokens, self.sampling())
         return TextEvaluation(self.outcome, evaluator, target, self.positions(splits), original, retrained)
+
+    def sampling(self) -> Sampling | None:
+        """Leak@k's sampled decoding (`evaluation.sampling`), from the evaluation seed; None where it is off."""
+        return Sampling.of(self.config["evaluation"]["sampling"], self.seeds["eval"])
 
     def relearning(self, target: str, splits: TextSplits) -> TextRelearning | None:
         """Relearn time for `target` (text/relearn.py), or None where `evaluation.relearn` is off."""
@@ -240,7 +268,8 @@ class TextEvaluation(Evaluation):
     def references(self) -> list[dict]:
         self.keep_examples("retrained", None, self.out_r)
         self.keep_examples("original", None, self.out_o)
-        scores = {"retrained": model_scores(self.out_r, self.out_r), "original": model_scores(self.out_o, self.out_r)}
+        scores = {"retrained": self.evaluator.values(self.out_r, self.out_r),
+                  "original": self.evaluator.values(self.out_o, self.out_r)}
         return [record for role, values in scores.items()
                 for record in as_records(self.target, None, role, values | self.costs[role])]
 
@@ -248,12 +277,13 @@ class TextEvaluation(Evaluation):
         """M_u's metrics; where its losses are not finite, its cost alone, with the reason."""
         with self.outcome.stage(f"target {self.target}: evaluation of {method}", f"evaluation:{method}"):
             out_u = self.evaluator.outputs(model)
-        if not all(out.finite() for out in out_u.values()):
+        if not self.evaluator.finite(out_u):
             return Scored(as_records(self.target, method, "unlearned", cost_scores(cost)),
                           f"{method} diverged: its losses on the evaluated splits are not finite; its metrics are "
                           f"left out")
         self.keep_examples("unlearned", method, out_u)
-        return Scored(as_records(self.target, method, "unlearned", model_scores(out_u, self.out_r) | cost_scores(cost)))
+        return Scored(as_records(self.target, method, "unlearned",
+                                 self.evaluator.values(out_u, self.out_r) | cost_scores(cost)))
 
     def keep_examples(self, role: str, method: str | None, outputs: dict) -> None:
         """A model's rows of examples.parquet, unless `evaluation.examples` is off."""

@@ -35,10 +35,19 @@ def pretraining_chunks(tokenizer, texts: Sequence[str], max_length: int) -> list
 def chunk_item(tokenizer, chunk: str, max_length: int) -> dict[str, list[int]]:
     """A pretraining item: the chunk encoded with special tokens, cut `max_length` ids after what the tokenizer puts
     before any text (BOS, or nothing), every id labelled but those and the first."""
-    before = len(tokenizer("", add_special_tokens=True)["input_ids"])
-    ids = tokenizer(chunk, add_special_tokens=True)["input_ids"][:before + max_length]
-    unlabelled = max(before, 1)
-    return {"input_ids": ids, "labels": [IGNORE] * unlabelled + ids[unlabelled:]}
+    return completion_item(tokenizer, "", chunk, max_length)
+
+
+def completion_item(tokenizer, prefix: str, text: str, max_length: int, insert_space: bool = False) -> dict:
+    """OpenUnlearning's `CompletionDataset` item (`preprocess_pretraining_instance`): prefix, a space where
+    `insert_space` (VerbMem's), and the text, encoded with special tokens and cut `max_length` ids after the
+    prefix's own encoding; labelled beyond the prefix's length in ids (beyond the first id where the prefix
+    encodes to nothing). Its `prompt` is the prefix's ids, what a generation starts from."""
+    prompt = tokenizer(prefix, add_special_tokens=True)["input_ids"]
+    ids = tokenizer(prefix + (" " if insert_space else "") + text, add_special_tokens=True)["input_ids"]
+    ids = ids[:len(prompt) + max_length]
+    unlabelled = max(len(prompt), 1)
+    return {"input_ids": ids, "labels": [IGNORE] * unlabelled + ids[unlabelled:], "prompt": prompt}
 
 
 def knowmem_prompt(examples: Sequence[dict], question: str) -> str:
@@ -46,6 +55,13 @@ def knowmem_prompt(examples: Sequence[dict], question: str) -> str:
     it."""
     shots = "".join(f"Question: {pair['question']}\nAnswer: {pair['answer']}\n\n" for pair in examples)
     return f"{shots}Question: {question}\nAnswer: "
+
+
+def decoded_stops(tokenizer, stops: Sequence[str] = KNOWMEM_STOPS) -> tuple[str, ...]:
+    """The stop strings, and each as the tokenizer reads it back (a word-level tokenizer drops line breaks and
+    decodes "Question:" as "Question :"), so that a generation is cut where the stop was generated."""
+    read_back = (tokenizer.decode(tokenizer(stop, add_special_tokens=False)["input_ids"]).strip() for stop in stops)
+    return tuple(dict.fromkeys([*stops, *(text for text in read_back if text)]))
 
 
 def cut_at_stops(text: str, stops: Sequence[str] = KNOWMEM_STOPS) -> str:

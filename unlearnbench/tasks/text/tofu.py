@@ -110,7 +110,7 @@ def _home() -> Path:
     return Path(os.path.expandvars(os.environ.get("HF_HOME") or str(default))).expanduser()
 
 
-def _caches(hf_cache: str | None) -> tuple[list[Path], list[Path], list[Path]]:
+def hf_caches(hf_cache: str | None) -> tuple[list[Path], list[Path], list[Path]]:
     """The hub caches and the `datasets` caches to look in, and the folders to name when neither holds TOFU:
     `hf_cache` as any of HF_HOME, a hub cache or a datasets cache (so that whichever folder a user names works),
     else where the two libraries put them by default."""
@@ -123,7 +123,7 @@ def _caches(hf_cache: str | None) -> tuple[list[Path], list[Path], list[Path]]:
     return hubs, caches, [*hubs, *caches]
 
 
-def _snapshots(repo: Path) -> list[Path]:
+def hub_snapshots(repo: Path) -> list[Path]:
     """A hub repo folder's snapshots: the one `refs/main` names first, then the others, newest first."""
     folder = repo / "snapshots"
     found = [d for d in folder.iterdir() if d.is_dir()] if folder.is_dir() else []
@@ -138,9 +138,9 @@ def _sources(root: str | None, hf_cache: str | None) -> tuple[list[Folder | Arro
     sources: list[Folder | ArrowCache] = []
     if root:
         sources.append(Folder(Path(os.path.expandvars(root)).expanduser(), f"{root} (dataset.root)"))
-    hubs, caches, searched = _caches(hf_cache)
+    hubs, caches, searched = hf_caches(hf_cache)
     for hub in hubs:
-        sources += [Folder(s, f"hub snapshot {s}") for s in _snapshots(hub / HUB_FOLDER)]
+        sources += [Folder(s, f"hub snapshot {s}") for s in hub_snapshots(hub / HUB_FOLDER)]
     for cache in caches:
         if (cache / DATASETS_FOLDER).is_dir():
             sources.append(ArrowCache(cache / DATASETS_FOLDER, f"datasets cache {cache / DATASETS_FOLDER}"))

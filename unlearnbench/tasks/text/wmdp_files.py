@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from unlearnbench.core.errors import UserError
+from unlearnbench.tasks.text.corpus import parquet_rows
 from unlearnbench.tasks.text.multiple_choice import LETTERS
 
 SUBSETS = ("bio", "cyber", "chem")
@@ -36,15 +37,9 @@ def question_files(root: Path, subset: str) -> list[Path]:
 
 def read_questions(files: list[Path]) -> list[dict]:
     """Every question of `files`, checked: a non-empty question, 4 string choices, an answer index 0–3."""
-    import pyarrow.parquet as pq
-
     questions = []
     for path in files:
-        try:
-            rows = pq.read_table(path).to_pylist()
-        except Exception as error:  # pyarrow's and the OS's many errors: all mean this file is unreadable
-            raise UserError(f"{path}: cannot be read as parquet ({str(error).splitlines()[0]})") from None
-        questions += [question(row, f"{path}, row {number}") for number, row in enumerate(rows)]
+        questions += [question(row, f"{path}, row {number}") for number, row in enumerate(parquet_rows(path))]
     return questions
 
 
@@ -60,7 +55,8 @@ def question(row: dict, where: str) -> dict:
         raise UserError(f"{where}: 'choices' must be {len(LETTERS)} strings; got {choices!r:.80} instead")
     if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(LETTERS):
         raise UserError(f"{where}: 'answer' must be an index 0-{len(LETTERS) - 1}; got {answer!r} instead")
-    return {"question": text, "choices": list(choices), "answer": answer}
+    subject = {"subject": row["subject"]} if isinstance(row.get("subject"), str) else {}  # MMLU's rows name one
+    return {"question": text, "choices": list(choices), "answer": answer, **subject}
 
 
 def corpus_file(corpora: Path, subset: str, part: str) -> Path:

@@ -1,0 +1,76 @@
+"""experiment=muse and experiment=wmdp as presets (their M_o and M_r apart on the benchmark's forget metric, every
+record of a method, IdkDPO and RMU on pretraining chunks), and Leak@k on the evaluation seed for MUSE and TOFU: off
+by default, the same numbers for the same seeds, other samples for another evaluation seed, the other records
+untouched. The tiny models live in the suite's shared cache."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import run_in_process
+
+MUSE, WMDP, TOFU = ["experiment=muse", "dataset.articles=8"], ["experiment=wmdp"], ["experiment=tofu"]
+
+
+def table(outcome) -> dict:
+    assert outcome.error is None and not outcome.failures, (outcome.error, outcome.failures)
+    return {(r["role"], r["method"], r["metric"], r["split"]): r["value"] for r in outcome.records
+            if r["metric"] not in ("time_s", "memory_gib", "utilisation_pct")}
+
+
+@pytest.fixture(scope="module")
+def muse(tmp_path_factory, shared_cache):
+    folder = tmp_path_factory.mktemp("muse")
+    runs = {None: table(run_in_process(MUSE, folder / "plain", ["idk_dpo", "rmu"], shared_cache))}
+    for seeds, overrides in ((0, []), ("0 again", []), (1, ["seeds.eval=1"])):
+        runs[seeds] = table(run_in_process([*MUSE, "evaluation.sampling.k=3", *overrides], folder / str(seeds),
+                                           ["rmu"], shared_cache))
+    return runs
+
+
+def test_muses_original_and_retrained_models_are_apart_and_every_method_is_scored(muse):
+    values = muse[None]
+    assert values[("original", None, "verbmem_rouge", "forget")] - values[("retrained", None, "verbmem_rouge",
+                                                                            "forget")] >= 0.1
+    assert values[("original", None, "privleak", "forget")] < -50  # M_o's forget texts told from unseen ones
+    assert values[("retrained", None, "privleak", "forget")] == 0.0
+    metrics = {("verbmem_rouge", "forget"), ("knowmem_rouge", "forget"), ("knowmem_rouge", "retain"),
+               ("privleak", "forget"), ("mia_min_k_auc", "forget"), ("extraction_strength", "forget")}
+    for method in ("idk_dpo", "rmu"):
+        assert {(m, s) for role, name, m, s in values if name == method} == metrics
+    assert not any(metric == "leak_at_k" for _, _, metric, _ in values)  # off by default
+
+
+def test_leak_at_k_follows_the_evaluation_seed_and_leaves_every_other_record_alone(muse):
+    sampled, again, other = muse[0], muse["0 again"], muse[1]
+    leaks = {key: value for key, value in sampled.items() if key[2] == "leak_at_k"}
+    assert {(role, method) for role, method, _, _ in leaks} == {("original", None), ("retrained", None),
+                                                               ("unlearned", "rmu")}
+    assert all(0 <= value <= 1 for value in leaks.values())
+    assert sampled == again
+    plain = {k: v for k, v in muse[None].items() if k[1] != "idk_dpo"}
+    assert {k: v for k, v in sampled.items() if k[2] != "leak_at_k"} == plain
+    assert {k: v for k, v in other.items() if k[2] != "leak_at_k"} == plain
+    assert [other[key] for key in leaks] != list(leaks.values())  # other samples, another leak
+
+
+def test_wmdps_original_knows_the_hazard_answers_and_its_retrained_model_guesses(tmp_path, shared_cache):
+    values = table(run_in_process(WMDP, tmp_path, ["npo"], shared_cache))
+    forget = {role: values[(role, None, "mc_accuracy", "forget")] for role in ("original", "retrained")}
+    assert forget["original"] - forget["retrained"] >= 0.1
+    assert forget["retrained"] <= 0.5  # 40 questions of 4 choices, never trained on: near chance
+    assert values[("original", None, "mc_accuracy", "general")] >= 0.5
+    assert {(m, s) for role, name, m, s in values if name == "npo"} == {("mc_accuracy", "forget"),
+                                                                        ("mc_accuracy", "general")}
+
+
+def test_leak_at_k_on_tofus_forget_questions(tmp_path, shared_cache):
+    overrides = [*TOFU, "dataset.entities=6", "dataset.general=4"]
+    plain = table(run_in_process(overrides, tmp_path / "plain", ["grad_ascent"], shared_cache))
+    runs = [table(run_in_process([*overrides, "evaluation.sampling.k=2", "evaluation.sampling.temperature=1.5",
+                                  f"seeds.eval={seed}"], tmp_path / str(seed), ["grad_ascent"], shared_cache))
+            for seed in (0, 1)]
+    for values in runs:
+        assert {k: v for k, v in values.items() if k[2] != "leak_at_k"} == plain
+    leaks = [{k: v for k, v in values.items() if k[2] == "leak_at_k"} for values in runs]
+    assert len(leaks[0]) == 3 and leaks[0] != leaks[1]
+    assert all(0 <= value <= 1 for value in leaks[0].values())

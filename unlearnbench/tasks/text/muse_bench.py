@@ -1,0 +1,133 @@
+"""MUSE's evaluation (Shi et al. 2025) of a corpus job, as OpenUnlearning runs it (configs/eval/muse.yaml and
+muse_metrics/*.yaml at d3d7cf9; `docs/text.md` lists where MUSE's own code differs):
+
+- `verbmem_rouge` (forget): ROUGE-L F1 of the greedy continuation of each VerbMem prompt against its `gt`, the
+  reference the `gt` tokens read back (OpenUnlearning: the decoded labels, the whole `gt`; MUSE: the first 128
+  tokens); stemmed (OpenUnlearning; MUSE: not); in [0, 1] (MUSE: ×100).
+- `extraction_strength` (forget): on the VerbMem items, prompt + " " + gt teacher-forced, the `gt` tokens scored.
+- `knowmem_rouge` (forget, retain): ROUGE-L F1 of the greedy answer after the in-context prompt (`muse.knowmem_prompt`),
+  cut at the stop strings (`muse.KNOWMEM_STOPS`, and as the tokenizer reads them back).
+- `mia_min_k_auc` (forget): the AUC of Min-40% (loss-like: higher for non-members) between the PrivLeak forget
+  texts (members) and holdout texts, OpenUnlearning's orientation (≈ 1 when memorised).
+- `leak_at_k` (forget), where `evaluation.sampling.k` > 0: Leak@k over the KnowMem forget questions, each sampled
+  answer cut at the stop strings as a greedy one.
+- `privleak` (forget): against this job's own M_r's AUC, (AUC_r − AUC) / (1 − AUC_r) · 100 in OpenUnlearning's terms
+  (`metrics.privleak`): never MUSE's hard-coded retrained AUCs, never OpenUnlearning's 0.5 fallback.
+
+Generation lengths are the data's (`CorpusData.new_tokens`): MUSE's files 128 (VerbMem) and 32 (KnowMem), as the
+reference; the built-in corpus 32 and 16, the length of its continuations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from lightning_fabric import Fabric
+from torch import nn
+
+from unlearnbench.tasks.text import metrics
+from unlearnbench.tasks.text.corpus import CorpusData
+from unlearnbench.tasks.text.corpus_job import CorpusBench
+from unlearnbench.tasks.text.evaluate import MIA_K, Sampling, batch_scores, generate, sampled
+from unlearnbench.tasks.text.muse import chunk_item, completion_item, cut_at_stops, decoded_stops, knowmem_prompt
+from unlearnbench.tasks.text.train import Items
+
+FORGET, RETAIN = "forget", "retain"
+NEW_TOKENS = {"verbmem": 128, "knowmem": 32}  # OpenUnlearning's generation_args for MUSE
+
+
+@dataclass
+class MuseOutputs:
+    """Per example: VerbMem's ROUGE-L F1 and extraction strength, KnowMem's ROUGE-L F1 by split, and the PrivLeak
+    texts' Min-K% scores and mean NLL by split (forget, holdout)."""
+
+    verbmem: np.ndarray
+    extraction: np.ndarray
+    knowmem: dict[str, np.ndarray]
+    min_k: dict[str, np.ndarray]
+    loss: dict[str, np.ndarray]
+    leak: np.ndarray | None = None  # Leak@k per KnowMem forget question, where `evaluation.sampling` draws samples
+
+
+class MuseEvaluator:
+    def __init__(self, fabric: Fabric, tokenizer, data: CorpusData, max_length: int, batch_size: int,
+                 sampling: Sampling | None = None) -> None:
+        self.fabric, self.tokenizer, self.batch_size, self.sampling = fabric, tokenizer, batch_size, sampling
+        self.new_tokens = {**NEW_TOKENS, **data.new_tokens}
+        probes, pad = data.probes, tokenizer.pad_token_id
+        verbmem = [completion_item(tokenizer, row["prompt"], row["gt"], max_length, insert_space=True)
+                   for row in probes["verbmem"]]
+        self.verbmem_items = Items(fabric, verbmem, pad)
+        self.verbmem_prompts = [item["prompt"] for item in verbmem]
+        self.verbmem_references = [self.read_back(item["input_ids"][len(item["prompt"]):]) for item in verbmem]
+        self.knowmem = {split: self.knowmem_probe(probes[f"knowmem_{split}"], probes[f"knowmem_{split}_icl"])
+                        for split in (FORGET, RETAIN)}
+        self.stops = decoded_stops(tokenizer)
+        self.privleak = {split: Items(fabric, [chunk_item(tokenizer, row["text"], max_length)
+                                               for row in probes[f"privleak_{split}"]], pad)
+                         for split in (FORGET, "holdout")}
+
+    def read_back(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+
+    def knowmem_probe(self, questions: list[dict], examples: list[dict]) -> tuple[list[list[int]], list[str]]:
+        """The prompts' ids and the answers as the tokenizer reads them back."""
+        prompts = [self.tokenizer(knowmem_prompt(examples, row["question"]), add_special_tokens=True)["input_ids"]
+                   for row in questions]
+        answers = [self.read_back(self.tokenizer(row["answer"], add_special_tokens=False)["input_ids"])
+                   for row in questions]
+        return prompts, answers
+
+    def outputs(self, model: nn.Module) -> MuseOutputs:
+        model.eval()
+        generated = generate(self.fabric, model, self.tokenizer, self.verbmem_prompts, self.batch_size,
+                             self.new_tokens["verbmem"])
+        scored = [(b, i) for b in batch_scores(self.fabric, model, self.verbmem_items, self.batch_size)
+                  for i in range(len(b.labels))]
+        extraction = [metrics.extraction_strength(b.predictions[i][:-1].cpu().numpy(), b.labels[i][:-1].cpu().numpy())
+                      for b, i in scored]  # the last label dropped, as every OpenUnlearning token metric
+        knowmem = {}
+        for split, (prompts, answers) in self.knowmem.items():
+            answered = generate(self.fabric, model, self.tokenizer, prompts, self.batch_size,
+                                self.new_tokens["knowmem"])
+            knowmem[split] = metrics.rouge_l_f1([cut_at_stops(text, self.stops) for text in answered], answers)
+        leak = None
+        if self.sampling is not None:  # Leak@k on the KnowMem forget questions, each sample cut as a greedy answer
+            prompts, answers = self.knowmem[FORGET]
+            samples = sampled(self.fabric, model, self.tokenizer, prompts, self.batch_size, self.new_tokens["knowmem"],
+                              self.sampling)
+            leak = metrics.leak_at_k([[cut_at_stops(text, self.stops) for text in drawn] for drawn in samples],
+                                     answers)
+        min_k, loss = {}, {}
+        for split, items in self.privleak.items():
+            batches = batch_scores(self.fabric, model, items, self.batch_size)
+            loss[split] = np.concatenate([b.loss.double().cpu().numpy() for b in batches])
+            min_k[split] = np.array([metrics.min_k(b.logprobs[i][:-1].double().cpu().numpy(), MIA_K)
+                                     for b in batches for i in range(len(b.labels))])
+        return MuseOutputs(metrics.rouge_l_f1(generated, self.verbmem_references), np.array(extraction), knowmem,
+                           min_k, loss, leak)
+
+    @staticmethod
+    def values(outputs: MuseOutputs, retrained: MuseOutputs) -> dict:
+        auc = metrics.mia_auc(outputs.min_k[FORGET], outputs.min_k["holdout"])
+        auc_r = metrics.mia_auc(retrained.min_k[FORGET], retrained.min_k["holdout"])
+        return {("verbmem_rouge", FORGET): float(outputs.verbmem.mean()),
+                ("extraction_strength", FORGET): float(outputs.extraction.mean()),
+                **{("knowmem_rouge", split): float(values.mean()) for split, values in outputs.knowmem.items()},
+                ("mia_min_k_auc", FORGET): auc, ("privleak", FORGET): metrics.privleak(auc, auc_r),
+                **({} if outputs.leak is None else {("leak_at_k", FORGET): float(outputs.leak.mean())})}
+
+    @staticmethod
+    def finite(outputs: MuseOutputs) -> bool:
+        return all(np.isfinite(values).all() for values in (*outputs.loss.values(), *outputs.min_k.values()))
+
+
+class MuseBench(CorpusBench):
+    """`task.bench` of `dataset=muse_news|muse_books|muse_fictitious`."""
+
+    preset = "experiment=muse"
+
+    def evaluator(self, batch_size: int) -> MuseEvaluator:
+        return MuseEvaluator(self.fabric, self.tokenizer, self.data, self.model.max_length, batch_size,
+                             self.sampling())

@@ -1,0 +1,57 @@
+"""WMDP's evaluation (Li et al. 2024) of a corpus job: `mc_accuracy` on the hazard questions (split `forget`) and on
+the general questions (split `general`: MMLU's, or the built-in stand-in), zero-shot as lm-evaluation-harness scores
+them (`multiple_choice.py`: the task's description and prompt, argmax of log p(" A") … log p(" D")). Chance is 0.25;
+WMDP's RMU brings the hazard accuracy of zephyr-7b-beta near it while keeping MMLU's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from lightning_fabric import Fabric
+from torch import nn
+
+from unlearnbench.tasks.text import multiple_choice
+from unlearnbench.tasks.text.corpus import CorpusData
+from unlearnbench.tasks.text.corpus_job import CorpusBench
+
+SPLITS = ("forget", "general")
+
+
+class WmdpEvaluator:
+    """Per question of each split: the log-likelihood of each letter; `values` the accuracy per split."""
+
+    def __init__(self, fabric: Fabric, tokenizer, data: CorpusData, batch_size: int) -> None:
+        self.fabric, self.tokenizer, self.batch_size = fabric, tokenizer, batch_size
+        self.questions = {split: data.probes[split] for split in SPLITS}
+        self.contexts = {split: [multiple_choice.context(q["question"], q["choices"], q["subject"]) for q in rows]
+                         for split, rows in self.questions.items()}
+
+    def encode(self, text: str) -> list[int]:
+        """As the harness encodes for a causal model: with the tokenizer's own special tokens."""
+        return self.tokenizer(text, add_special_tokens=True)["input_ids"]
+
+    def outputs(self, model: nn.Module) -> dict[str, np.ndarray]:
+        model.eval()
+        with self.fabric.autocast():
+            return {split: multiple_choice.letter_log_likelihoods(model, self.encode, contexts,
+                                                                  self.tokenizer.pad_token_id, self.fabric.device,
+                                                                  self.batch_size)
+                    for split, contexts in self.contexts.items()}
+
+    def values(self, outputs: dict[str, np.ndarray], retrained: dict[str, np.ndarray]) -> dict:
+        answers = {split: [q["answer"] for q in rows] for split, rows in self.questions.items()}
+        return {("mc_accuracy", split): float(multiple_choice.correct(likelihoods, answers[split]).mean())
+                for split, likelihoods in outputs.items()}
+
+    @staticmethod
+    def finite(outputs: dict[str, np.ndarray]) -> bool:
+        return all(np.isfinite(likelihoods).all() for likelihoods in outputs.values())
+
+
+class WmdpBench(CorpusBench):
+    """`task.bench` of `dataset=wmdp|wmdp_fictitious`."""
+
+    preset = "experiment=wmdp"
+
+    def evaluator(self, batch_size: int) -> WmdpEvaluator:
+        return WmdpEvaluator(self.fabric, self.tokenizer, self.data, batch_size)
