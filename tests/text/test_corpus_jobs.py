@@ -8,6 +8,10 @@ from __future__ import annotations
 import pytest
 from helpers import run_in_process
 
+from unlearnbench.report.compute.forget_quality import read_examples
+from unlearnbench.tasks.text import metrics
+from unlearnbench.tasks.text.catalogue import MUSE_CATALOGUE
+
 MUSE, WMDP, TOFU = ["experiment=muse", "dataset.articles=8"], ["experiment=wmdp"], ["experiment=tofu"]
 
 
@@ -20,7 +24,8 @@ def table(outcome) -> dict:
 @pytest.fixture(scope="module")
 def muse(tmp_path_factory, shared_cache):
     folder = tmp_path_factory.mktemp("muse")
-    runs = {None: table(run_in_process(MUSE, folder / "plain", ["idk_dpo", "rmu"], shared_cache))}
+    plain = run_in_process(MUSE, folder / "plain", ["idk_dpo", "rmu"], shared_cache)
+    runs = {None: table(plain), "examples": plain.examples.frame()}
     for seeds, overrides in ((0, []), ("0 again", []), (1, ["seeds.eval=1"])):
         runs[seeds] = table(run_in_process([*MUSE, "evaluation.sampling.k=3", *overrides], folder / str(seeds),
                                            ["rmu"], shared_cache))
@@ -38,6 +43,22 @@ def test_muses_original_and_retrained_models_are_apart_and_every_method_is_score
     for method in ("idk_dpo", "rmu"):
         assert {(m, s) for role, name, m, s in values if name == method} == metrics
     assert not any(metric == "leak_at_k" for _, _, metric, _ in values)  # off by default
+
+
+def test_muses_privleak_texts_are_the_per_example_rows_the_report_scores(muse, tmp_path):
+    frame = muse["examples"]
+    path = tmp_path / "examples.parquet"
+    frame.to_parquet(path)
+    rows = read_examples(path, MUSE_CATALOGUE.per_example)
+    counts = rows.fillna({"method": "-"}).groupby(["role", "method", "split"]).size()
+    assert set(counts.index) == {(role, method, split) for role, method in (("retrained", "-"), ("unlearned",
+                                 "idk_dpo"), ("unlearned", "rmu")) for split in ("forget", "retain", "holdout")}
+    assert (counts == 8).all()  # 8 articles in each PrivLeak set
+    original = frame[(frame["role"] == "original") & (frame["split"] == "forget")]
+    held = frame[(frame["role"] == "original") & (frame["split"] == "holdout")]
+    assert original["loss"].mean() < held["loss"].mean()  # M_o's members are likelier than unseen texts
+    assert metrics.mia_auc(original["mia_min_k"], held["mia_min_k"]) == pytest.approx(
+        muse[None][("original", None, "mia_min_k_auc", "forget")])
 
 
 def test_leak_at_k_follows_the_evaluation_seed_and_leaves_every_other_record_alone(muse):

@@ -33,6 +33,20 @@ def leaves(value: Any) -> list:
     return [value]
 
 
+def keyed(value: Any, names: tuple[str, ...]) -> Any:
+    """A setting that may differ by model, dataset or scenario, as the config gives it: a plain value, or a mapping
+    keyed by model, dataset or scenario names (nested in any order) with `default` as the fallback, e.g.
+    `{default: 10, vit: {full_class: 5, sub_class: 25}}`; `names` are the job's (model, dataset, scenario)."""
+    while isinstance(value, Mapping):
+        key = next((k for k in (*names, "default") if k in value), None)
+        if key is None:
+            model, dataset, scenario = names
+            raise UserError(f"setting {dict(value)} has no entry for model {model}, dataset {dataset}, scenario "
+                            f"{scenario} or 'default'")
+        value = value[key]
+    return value
+
+
 class Method(ABC):
     task: ClassVar[str]  # the task it serves (`task.name`): every task's base sets it
     deterministic: ClassVar[bool] = False  # same M_u for every unlearning seed, given M_o, in targeted scenarios

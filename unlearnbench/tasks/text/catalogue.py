@@ -37,8 +37,9 @@ MUSE_CATALOGUE = Catalogue(
      Metric("mia_min_k_auc", "MinK AUC", RETRAINED),
      Metric("extraction_strength", "ES", RETRAINED),
      Metric("leak_at_k", "Leak@k", RETRAINED)),
-    {FORGET: "D_f", "retain": "D_r"},
-    frozenset({"text_retrain"}))
+    {FORGET: "D_f", "retain": "D_r", "holdout": "holdout"},
+    frozenset({"text_retrain"}),
+    per_example=PerExample(FORGET, "retain", "holdout"))
 
 # WMDP (wmdp_bench.py): the hazard and general accuracies closest to M_r's.
 WMDP_CATALOGUE = Catalogue(

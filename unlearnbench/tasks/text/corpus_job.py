@@ -21,6 +21,7 @@ from unlearnbench.core.outcome import Outcome
 from unlearnbench.core.plan import JobPlan
 from unlearnbench.runtime import progress
 from unlearnbench.tasks.text.corpus import CorpusData, CorpusSplits, ForgetCorpus
+from unlearnbench.tasks.text.evaluate import TextExamples
 from unlearnbench.tasks.text.job import EVAL_BATCH, TextBench, TextEvaluation, TunedModel
 from unlearnbench.tasks.text.muse import chunk_item
 from unlearnbench.tasks.text.train import Items
@@ -39,6 +40,8 @@ class CorpusBench(TextBench):
             raise UserError(f"dataset {self.data.name}: its {' and '.join(empty)} corpus holds no text; a corpus "
                             f"benchmark unlearns a forget corpus with a retain corpus")
         self.splits = {target: corpus for target in self.targets}
+        if plan.config["evaluation"]["examples"]:
+            outcome.examples = self.examples()
 
     def split(self, target: str) -> CorpusSplits:
         splits = self.splits[target]
@@ -69,6 +72,10 @@ class CorpusBench(TextBench):
                    retrained: TunedModel) -> TextEvaluation:
         evaluator = self.evaluator(self.config["evaluation"]["batch_size"] or EVAL_BATCH)
         return TextEvaluation(self.outcome, evaluator, target, {}, original, retrained)
+
+    def examples(self) -> TextExamples | None:
+        """The benchmark's examples.parquet, or None where it writes none."""
+        return None
 
     @abstractmethod
     def evaluator(self, batch_size: int):

@@ -329,7 +329,7 @@ class TextExamples(ExampleTable):
 
         frame = pd.DataFrame({name: pd.Series(self.columns[name], dtype="string")
                               for name in ("target", "role", "method", "split")})
-        for name in TEXT_COLUMNS[4:]:
+        for name in list(self.columns)[4:]:
             values = np.concatenate(self.columns[name]) if self.columns[name] else np.zeros(0)
             frame[name] = values.astype(np.int64 if name in ("index", "label", "pred") else np.float64)
         return frame

@@ -29,6 +29,7 @@ from unlearnbench import __version__
 from unlearnbench.core.bench import Bench, Evaluation, Scored
 from unlearnbench.core.components import build, target_of
 from unlearnbench.core.errors import UserError
+from unlearnbench.core.method import keyed
 from unlearnbench.core.outcome import Diverged, Outcome, as_records, cost_scores
 from unlearnbench.core.plan import JobPlan
 from unlearnbench.core.relearn import RelearnSettings
@@ -103,7 +104,9 @@ class TextBench(Bench):
                             f"{self.scenario_type().name} (not {config['model']['name']} in {scenario}): use "
                             f"{self.preset}")
         self.scenario, self.model = build(config["scenario"], "scenario"), build(config["model"], "model")
-        self.methods: list[TextMethod] = [build(m, "method") for m in plan.methods]
+        names = (config["model"]["name"], config["dataset"]["name"], config["scenario"]["name"])
+        self.methods: list[TextMethod] = [build({k: keyed(v, names) for k, v in m.items()}, "method")
+                                          for m in plan.methods]  # options by model, dataset or scenario resolved
         self.tokenizer = self.model.tokenizer(self.data.texts() + list(IDK_ANSWERS))
         self.encoder = self.model.encoder(self.tokenizer)
         self.recipe = SimpleNamespace(**config["train"])

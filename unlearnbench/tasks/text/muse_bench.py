@@ -20,7 +20,7 @@ reference; the built-in corpus 32 and 16, the length of its continuations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from lightning_fabric import Fabric
@@ -29,11 +29,21 @@ from torch import nn
 from unlearnbench.tasks.text import metrics
 from unlearnbench.tasks.text.corpus import CorpusData
 from unlearnbench.tasks.text.corpus_job import CorpusBench
-from unlearnbench.tasks.text.evaluate import MIA_K, Sampling, batch_scores, generate, sampled
+from unlearnbench.tasks.text.evaluate import (
+    MIA_K,
+    Sampling,
+    TextExamples,
+    batch_scores,
+    confidence,
+    generate,
+    sampled,
+)
 from unlearnbench.tasks.text.muse import chunk_item, completion_item, cut_at_stops, decoded_stops, knowmem_prompt
 from unlearnbench.tasks.text.train import Items
 
 FORGET, RETAIN = "forget", "retain"
+PRIVLEAK_SPLITS = (FORGET, RETAIN, "holdout")  # members, members M_r trained on too, never trained on
+MUSE_COLUMNS = ("target", "role", "method", "split", "index", "label", "conf", "loss", "pred", "mia_min_k")
 NEW_TOKENS = {"verbmem": 128, "knowmem": 32}  # OpenUnlearning's generation_args for MUSE
 
 
@@ -47,6 +57,7 @@ class MuseOutputs:
     knowmem: dict[str, np.ndarray]
     min_k: dict[str, np.ndarray]
     loss: dict[str, np.ndarray]
+    exact: dict[str, np.ndarray]  # 1 where the teacher-forced argmax reproduces every scored token of the text
     leak: np.ndarray | None = None  # Leak@k per KnowMem forget question, where `evaluation.sampling` draws samples
 
 
@@ -66,7 +77,7 @@ class MuseEvaluator:
         self.stops = decoded_stops(tokenizer)
         self.privleak = {split: Items(fabric, [chunk_item(tokenizer, row["text"], max_length)
                                                for row in probes[f"privleak_{split}"]], pad)
-                         for split in (FORGET, "holdout")}
+                         for split in PRIVLEAK_SPLITS if probes.get(f"privleak_{split}")}
 
     def read_back(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
@@ -99,14 +110,15 @@ class MuseEvaluator:
                               self.sampling)
             leak = metrics.leak_at_k([[cut_at_stops(text, self.stops) for text in drawn] for drawn in samples],
                                      answers)
-        min_k, loss = {}, {}
+        min_k, loss, exact = {}, {}, {}
         for split, items in self.privleak.items():
             batches = batch_scores(self.fabric, model, items, self.batch_size)
+            rows = [(b, i) for b in batches for i in range(len(b.labels))]
             loss[split] = np.concatenate([b.loss.double().cpu().numpy() for b in batches])
-            min_k[split] = np.array([metrics.min_k(b.logprobs[i][:-1].double().cpu().numpy(), MIA_K)
-                                     for b in batches for i in range(len(b.labels))])
+            min_k[split] = np.array([metrics.min_k(b.logprobs[i][:-1].double().cpu().numpy(), MIA_K) for b, i in rows])
+            exact[split] = np.array([int(bool((b.predictions[i] == b.labels[i]).all())) for b, i in rows])
         return MuseOutputs(metrics.rouge_l_f1(generated, self.verbmem_references), np.array(extraction), knowmem,
-                           min_k, loss, leak)
+                           min_k, loss, exact, leak)
 
     @staticmethod
     def values(outputs: MuseOutputs, retrained: MuseOutputs) -> dict:
@@ -123,10 +135,33 @@ class MuseEvaluator:
         return all(np.isfinite(values).all() for values in (*outputs.loss.values(), *outputs.min_k.values()))
 
 
+@dataclass
+class MuseExamples(TextExamples):
+    """`examples.parquet` of a MUSE job: one row per (model, PrivLeak text) of forget (D_f's texts), retain (texts
+    of the retain corpus, where the data has them) and holdout (never trained on), so that the report's per-example
+    scores (ε, F, LiRA, KLOM) read MUSE's jobs as the text task's: `conf` from the text's mean NLL, `label` −1 (no
+    class), `pred` 1 where the teacher-forced argmax reproduces the whole text."""
+
+    columns: dict[str, list] = field(default_factory=lambda: {name: [] for name in MUSE_COLUMNS})
+
+    def add_model(self, target: str, role: str, method: str | None, outputs: MuseOutputs, positions: dict) -> None:
+        for split, loss in outputs.loss.items():
+            n = len(loss)
+            for name, value in {"target": target, "role": role, "method": method, "split": split}.items():
+                self.columns[name] += [value] * n
+            values = {"index": np.arange(n), "label": np.full(n, -1), "conf": confidence(loss), "loss": loss,
+                      "pred": outputs.exact[split], "mia_min_k": outputs.min_k[split]}
+            for name, value in values.items():
+                self.columns[name].append(np.asarray(value))
+
+
 class MuseBench(CorpusBench):
     """`task.bench` of `dataset=muse_news|muse_books|muse_fictitious`."""
 
     preset = "experiment=muse"
+
+    def examples(self) -> MuseExamples:
+        return MuseExamples(0, self.outcome.dataset["fingerprint"])
 
     def evaluator(self, batch_size: int) -> MuseEvaluator:
         return MuseEvaluator(self.fabric, self.tokenizer, self.data, self.model.max_length, batch_size,

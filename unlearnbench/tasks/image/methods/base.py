@@ -6,7 +6,7 @@ is `unlearnbench.core.method.Method`.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from unlearnbench.core.errors import UserError
 from unlearnbench.core.method import Method as BaseMethod
+from unlearnbench.core.method import keyed
 from unlearnbench.runtime.cache import Entry
 from unlearnbench.runtime.monitor import Cost
 from unlearnbench.runtime.seeding import Streams
@@ -73,17 +74,8 @@ class UnlearningTask:
 
 
 def setting(value: Any, task: UnlearningTask) -> Any:
-    """A hyperparameter that may differ by model, dataset or scenario, as the config gives it: a plain value, or a
-    mapping keyed by model, dataset or scenario names (nested in any order) with `default` as the fallback, e.g.
-    `{default: 10, vit: {full_class: 5, sub_class: 25, random_sample: 10}}`."""
-    while isinstance(value, Mapping):
-        names = (task.model_name, task.data.name, task.scenario.name, "default")
-        key = next((k for k in names if k in value), None)
-        if key is None:
-            raise UserError(f"setting {dict(value)} has no entry for model {task.model_name}, dataset "
-                            f"{task.data.name}, scenario {task.scenario.name} or 'default'")
-        value = value[key]
-    return value
+    """A hyperparameter that may differ by model, dataset or scenario (`core.method.keyed`), for this task's job."""
+    return keyed(value, (task.model_name, task.data.name, task.scenario.name))
 
 
 class ImageMethod(BaseMethod):

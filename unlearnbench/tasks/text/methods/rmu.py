@@ -4,9 +4,11 @@ As OpenUnlearning's `RMU` (src/trainer/unlearn/rmu.py, configs/trainer/RMU.yaml)
 is steered, on the forget answers' tokens, towards c·u/‖u‖ for a random direction u (uniform on [0, 1)^d, drawn
 once per run), and kept, on the retain answers' tokens, at the frozen M_o's h (`EMBED_DIFF`): L = γ·A(h_θ(forget),
 c·u/‖u‖) + α·A(h_θ(retain), h_ref(retain)), A the mean over answer tokens of mean_d (h − target)²; c = 2, γ = α = 1,
-every parameter trained. The layer: `layer` (OpenUnlearning's module_regex `model\\.layers\\.7`, the 8th of
-Llama-3.2-1B's 16); null takes the middle one, (L − 1) // 2. u comes from the unlearning seed (the reference draws
-it from the global RNG at the first step).
+every parameter trained (`trainable: all`; `trainable: wmdp` trains the MLP down-projections of the steered layer and
+the two before it, as WMDP's own code and OpenUnlearning's WMDP experiment). The layer: `layer` (OpenUnlearning's
+module_regex `model\\.layers\\.7`, the 8th of Llama-3.2-1B's 16, and WMDP's of zephyr-7b-beta's 32); null takes
+the middle one, (L − 1) // 2. u comes from the unlearning seed (the reference draws it from the global RNG at the
+first step).
 """
 
 from __future__ import annotations
@@ -43,13 +45,18 @@ class Activations:
         return self.value
 
 
+TRAINABLE = ("all", "wmdp")
+
+
 class RMU(ForgetRetainMethod):
-    ranges: ClassVar[dict[str, Range]] = {"steering_coeff": POSITIVE, "layer": AT_LEAST_0}
+    ranges: ClassVar[dict[str, Range]] = {"steering_coeff": POSITIVE, "layer": AT_LEAST_0,
+                                          "trainable": Range(choices=TRAINABLE)}
     forget_unit = "rows"
 
-    def __init__(self, name: str, steering_coeff: float = 2.0, layer: int | None = None, **options) -> None:
+    def __init__(self, name: str, steering_coeff: float = 2.0, layer: int | None = None, trainable: str = "all",
+                 **options) -> None:
         super().__init__(name, **options)
-        self.steering_coeff, self.layer = steering_coeff, layer
+        self.steering_coeff, self.layer, self.trainable = steering_coeff, layer, trainable
 
     def needs_reference(self) -> bool:
         return self.alpha > 0
@@ -66,12 +73,19 @@ class RMU(ForgetRetainMethod):
         return index
 
     def parameters(self, model: nn.Module):
-        """Every parameter the loss reaches: the embeddings and the layers up to the steered one. The reference
-        hands the optimizer every parameter, but those above the layer get no gradient and AdamW leaves them as
-        they are; frozen here, so that data-parallel training does not wait for their gradients."""
+        """The parameters trained: with `trainable: all`, every parameter the loss reaches (the embeddings and the
+        layers up to the steered one; the reference hands the optimizer every parameter, but those above the layer
+        get no gradient and AdamW leaves them as they are); with `trainable: wmdp`, WMDP's choice
+        (centerforaisafety/wmdp `rmu/unlearn.py`, `--layer_ids 5,6,7` below `--layer_id 7`): the MLP
+        down-projections of the steered layer and the two before it. The rest is frozen, so that data-parallel
+        training does not wait for their gradients."""
         layers = decoder_layers(model)
-        reached = {id(p) for p in model.get_input_embeddings().parameters()}
-        reached |= {id(p) for layer in layers[:self.index(layers) + 1] for p in layer.parameters()}
+        index = self.index(layers)
+        if self.trainable == "wmdp":
+            reached = {id(p) for layer in layers[max(0, index - 2):index + 1] for p in layer.mlp.down_proj.parameters()}
+        else:
+            reached = {id(p) for p in model.get_input_embeddings().parameters()}
+            reached |= {id(p) for layer in layers[:index + 1] for p in layer.parameters()}
         for parameter in model.parameters():
             if id(parameter) not in reached:
                 parameter.requires_grad_(False)
