@@ -10,6 +10,7 @@ from scipy import stats as scipy_stats
 
 from unlearnbench.report.compute.stats import (
     chi2_interval,
+    evaluation_split,
     graybill_wang,
     nested_variance,
     sigma_u2_bootstrap,
@@ -311,3 +312,37 @@ def test_enough_balanced_training_seeds_give_no_warning_and_nan_is_dropped():
     with_nan = [[*g, math.nan] for g in groups]
     assert nested_variance(with_nan).as_dict() == nested_variance(groups).as_dict()
     assert nested_variance([]).warnings == ["no values"]
+
+
+def textbook_nested(z: np.ndarray) -> tuple[float, float, float]:
+    """The balanced three-stage nested ANOVA of z[i, j, k], written out from its sums of squares (Searle, Casella &
+    McCulloch §4.5): (σ_T², σ_U², σ_E²), each floored at 0."""
+    count, per, evals = z.shape
+    cell, seed, grand = z.mean(2), z.mean((1, 2)), z.mean()
+    ms_a = per * evals * ((seed - grand) ** 2).sum() / (count - 1)
+    ms_b = evals * ((cell - seed[:, None]) ** 2).sum() / (count * (per - 1))
+    ms_e = ((z - cell[:, :, None]) ** 2).sum() / (count * per * (evals - 1))
+    return max(0.0, (ms_a - ms_b) / (per * evals)), max(0.0, (ms_b - ms_e) / evals), ms_e
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_evaluation_split_of_a_balanced_grid_is_the_textbook_nested_anova(seed):
+    rng = np.random.default_rng(seed)
+    z = (rng.normal(size=(4, 1, 1)) * 2 + rng.normal(size=(4, 3, 1)) + rng.normal(size=(4, 3, 5)) * 0.5)
+    split = evaluation_split(z.tolist())
+    assert (split.I, split.J, split.K, split.n) == (4, 3, 5, 60)
+    assert (split.sigma_t2, split.sigma_u2, split.sigma_e2) == pytest.approx(textbook_nested(z), rel=1e-12)
+    shares = split.as_dict()
+    assert shares["train_share"] + shares["unlearn_share"] + shares["eval_share"] == pytest.approx(1.0)
+
+
+def test_the_evaluation_split_recovers_simulated_components_and_needs_replicated_cells():
+    rng = np.random.default_rng(7)
+    estimates = np.array([[getattr(evaluation_split((rng.normal(size=(30, 1, 1)) * 1.0 + rng.normal(size=(30, 4, 1))
+                                                     * 0.5 + rng.normal(size=(30, 4, 3)) * 2.0).tolist()), name)
+                           for name in ("sigma_t2", "sigma_u2", "sigma_e2")] for _ in range(200)])
+    assert estimates.mean(0) == pytest.approx([1.0, 0.25, 4.0], rel=0.12)  # unbiased: the means near the truth
+    assert evaluation_split([[[1.0], [2.0]], [[3.0], [5.0]]]) is None  # one evaluation seed per cell
+    unbalanced = evaluation_split([[[1.0, 1.0], [2.0, 4.0, 3.0]], [[5.0, 5.0, 5.0], [6.0]]])
+    assert unbalanced.sigma_e2 == pytest.approx((0 + 2.0 + 0) / (1 + 2 + 2))  # pooled within the cells
+    assert pytest.approx(4 / (1 / 2 + 1 / 3 + 1 / 3 + 1)) == unbalanced.K

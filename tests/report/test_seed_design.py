@@ -5,14 +5,17 @@ known."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from unlearnbench.report.compute import stats
 from unlearnbench.report.compute.analysis import Caveat, analyse
 from unlearnbench.report.compute.seed_design import (
     costs,
+    extend,
     rank_label,
     rank_stability,
     ranked_metrics,
@@ -21,7 +24,7 @@ from unlearnbench.report.compute.seed_design import (
 )
 from unlearnbench.report.compute.stats import seed_plan
 from unlearnbench.report.read.catalogue import legacy_catalogue
-from unlearnbench.report.render.markdown import caveat_text
+from unlearnbench.report.render.markdown import caveat_text, render
 
 KEYS = ["dataset", "model", "scenario"]
 LEGACY = legacy_catalogue()
@@ -148,3 +151,21 @@ def test_seed_plans_take_the_costs_from_the_sweep():
     row = plans.iloc[0]
     expected = seed_plan(row["sigma_t2"], row["sigma_u2"], 30.0, 22.0, 0.004)
     assert (row["plan_I"], row["plan_J"], row["plan_cost_s"]) == (expected.I, expected.J, expected.cost_s)
+
+
+def test_a_sweep_over_evaluation_seeds_gets_its_variance_split_into_three_parts():
+    """Z_ijk of method a over 3 training × 2 unlearning × 3 evaluation seeds; method b's values do not move with the
+    evaluation seed (σ_E² = 0); a sweep with one evaluation seed per pair has no such table."""
+    rng = np.random.default_rng(3)
+    z = rng.normal(size=(3, 2, 3))
+    rows = [frame({"a": z[:, :, k], "b": z[:, :, 0]}) for k in range(3)]
+    rows = [part.assign(seed_eval=part["seed_eval"] + 1000 * k) for k, part in enumerate(rows)]
+    study = extend(analyse(pd.concat(rows, ignore_index=True), LEGACY))
+    split = study.variance_eval.set_index(["method", "metric"])
+    expected = stats.evaluation_split(z.tolist())
+    assert split.loc[("a", "delta_acc"), "sigma_e2"] == pytest.approx(expected.sigma_e2)
+    assert split.loc[("a", "delta_acc"), ["I", "J", "K"]].tolist() == [3, 2, 3]
+    assert split.loc[("b", "delta_acc"), "sigma_e2"] == 0.0 and split.loc[("b", "time_s"), "total"] == 0.0
+    text = render(study, [], [], [], [], [], Path("."))
+    assert "### Seed variance with the evaluation seed (σ_E²)" in text
+    assert analyse(rows[0], LEGACY).variance_eval.empty

@@ -19,8 +19,8 @@ from unlearnbench.report.compute import stats
 
 PNG = b"\x89PNG\r\n\x1a\n"
 REPORT_FILES = ["results.parquet", "results.csv", "summary.csv", "table.csv", "seed_variance.csv",
-                "seed_variance_by_seed.csv", "wasserstein.csv", "wasserstein_by_seed.csv", "rank_stability.csv",
-                "rank_stability_by_seed.csv", "seed_plan.csv", "report.md"]
+                "seed_variance_by_seed.csv", "seed_variance_eval.csv", "wasserstein.csv", "wasserstein_by_seed.csv",
+                "rank_stability.csv", "rank_stability_by_seed.csv", "seed_plan.csv", "report.md"]
 
 # The constructed study: digits · resnet18 · full_class, target 3, I = 3 training seeds × J = 2 unlearning seeds
 # (s_u = 2i + j). Method alpha: Δacc D'_f = GRID[i][j] (the hand-computed grid of test_report_stats), acc D'_f 0.05;

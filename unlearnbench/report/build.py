@@ -9,6 +9,8 @@
     seed_variance.csv              σ_T², σ_U² with intervals, ICC, I, J, the per-seed variances' range and their
                                    homogeneity test, per row of the study
     seed_variance_by_seed.csv      var(Z | S = s_i) for every training seed i with two or more unlearning seeds
+    seed_variance_eval.csv         where the sweep varies the evaluation seed within (training, unlearning) seed
+                                   pairs: σ_T², σ_U², σ_E² and their shares per row of the study
     wasserstein.csv                W2(A(i), B₋ᵢ) spread over the training seeds i, with the permutation null
     wasserstein_by_seed.csv        W2(A(i), B₋ᵢ) and its null for every training seed i
     rank_stability.csv             how often one training seed's best method differs from the other seeds' best
@@ -113,7 +115,8 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
     study.leaderboard = leaderboards(study.values, study.keys, ranked_by, catalogue, resamples)
     ranked, pairs = leaderboard_tables(study.leaderboard, study.keys)
     for name, table in (("summary", study.summary), ("table", study.table), ("seed_variance", study.variance),
-                        ("seed_variance_by_seed", study.variance_by_seed), ("wasserstein", study.wasserstein),
+                        ("seed_variance_by_seed", study.variance_by_seed),
+                        ("seed_variance_eval", study.variance_eval), ("wasserstein", study.wasserstein),
                         ("wasserstein_by_seed", study.wasserstein_by_seed), ("rank_stability", study.ranks),
                         ("rank_stability_by_seed", study.ranks_by_seed), ("seed_plan", study.plans),
                         ("forget_quality", study.forgetting.quality),

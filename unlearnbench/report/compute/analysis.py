@@ -73,6 +73,7 @@ class Study:
     wasserstein: pd.DataFrame
     wasserstein_by_seed: pd.DataFrame
     variance_by_seed: pd.DataFrame = field(default_factory=pd.DataFrame)
+    variance_eval: pd.DataFrame = field(default_factory=pd.DataFrame)  # where the evaluation seed varies alone
     ranks: pd.DataFrame = field(default_factory=pd.DataFrame)  # filled by `seed_design.extend`
     ranks_by_seed: pd.DataFrame = field(default_factory=pd.DataFrame)
     plans: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -232,6 +233,26 @@ def variance_table(grid: Grid, keys: list[str], order_from: pd.DataFrame) -> pd.
     return sort_rows(pd.DataFrame(rows), keys, order_from)[columns]
 
 
+EVALUATION_COLUMNS = ["I", "J", "K", "n", "mean", "total", "sigma_t2", "sigma_u2", "sigma_e2", "train_share",
+                      "unlearn_share", "eval_share"]
+
+
+def evaluation_variance_table(values: pd.DataFrame, keys: list[str], order_from: pd.DataFrame) -> pd.DataFrame:
+    """seed_variance_eval.csv: where a sweep varies the evaluation seed within (training seed, unlearning seed)
+    pairs, each row's variance split into training, unlearning and evaluation parts (`stats.evaluation_split`)."""
+    columns = [*keys, *ROW, *EVALUATION_COLUMNS]
+    rows = []
+    for ident, part in values.groupby([*keys, *ROW], sort=False, dropna=False):
+        if part.groupby(["seed_train", "seed_unlearn"])["seed_eval"].nunique().max() < 2:
+            continue
+        cells = [[cell["value"].to_numpy(dtype=float) for _, cell in seed.groupby("seed_unlearn")]
+                 for _, seed in part.groupby("seed_train")]
+        split = stats.evaluation_split(cells)
+        if split is not None:
+            rows.append({**dict(zip([*keys, *ROW], ident, strict=True)), **split.as_dict()})
+    return sort_rows(pd.DataFrame(rows), keys, order_from)[columns] if rows else pd.DataFrame(columns=columns)
+
+
 def variance_by_seed_table(grid: Grid, keys: list[str], order_from: pd.DataFrame) -> pd.DataFrame:
     """seed_variance_by_seed.csv: var(Z | S = s_i) (ddof 1; 0.0 exactly when its unlearning seeds agree) and n_i for
     every training seed i with at least two unlearning seeds: how much the unlearning seed matters depends on the
@@ -318,4 +339,5 @@ def analyse(frame: pd.DataFrame, catalogue: Catalogue, permutations: int = stats
     return Study(keys=keys, values=values, rounds=rounds, summary=summarise(data, keys),
                  table=main_table(values, keys), variance=variance, wasserstein=wasserstein,
                  wasserstein_by_seed=by_seed, variance_by_seed=variance_by_seed_table(grid, keys, values),
-                 warnings=warnings, catalogue=catalogue)
+                 variance_eval=evaluation_variance_table(values, keys, values), warnings=warnings,
+                 catalogue=catalogue)

@@ -359,6 +359,59 @@ def nested_variance(groups: Sequence[Sequence[float] | np.ndarray], alpha: float
 
 
 @dataclass
+class EvaluationSplit:
+    """Z_ijk = μ + a_i + b_ij + e_ijk: training seed i, unlearning seed j nested in i, evaluation seed k nested in
+    (i, j) (`evaluation_split`). `K` is the harmonic mean of the evaluation seeds per (i, j) cell."""
+
+    I: int  # noqa: E741 (the study's notation)
+    J: float
+    K: float
+    n: int
+    mean: float
+    sigma_t2: float
+    sigma_u2: float
+    sigma_e2: float
+
+    @property
+    def total(self) -> float:
+        return self.sigma_t2 + self.sigma_u2 + self.sigma_e2
+
+    def as_dict(self) -> dict:
+        total = self.total
+        shares = {f"{part}_share": getattr(self, f"sigma_{part[0]}2") / total if total > 0 else math.nan
+                  for part in ("train", "unlearn", "eval")}
+        return {"I": self.I, "J": self.J, "K": self.K, "n": self.n, "mean": self.mean, "total": total,
+                "sigma_t2": self.sigma_t2, "sigma_u2": self.sigma_u2, "sigma_e2": self.sigma_e2, **shares}
+
+
+def evaluation_split(cells: Sequence[Sequence[Sequence[float] | np.ndarray]]) -> EvaluationSplit | None:
+    """The two-stage nested decomposition of `nested_variance` with a third stage, the evaluation seed: `cells[i][j]`
+    holds the values of unlearning seed j of training seed i over its evaluation seeds (NaN dropped). None where no
+    cell has two values (the evaluation seed's share is not identifiable).
+
+    σ̂_E² = the pooled variance within the cells, Σ_ijk (Z_ijk − Z̄_ij)² / Σ_ij (K_ij − 1). The cell means Z̄_ij then
+    follow the two-stage model with a within-seed variance of σ_U² + σ_E²/K, so `nested_variance` on them gives σ̂_T²
+    unchanged and σ̂_U² = max(0, MSW − σ̂_E²/K), K the harmonic mean of the K_ij. On a balanced grid these are the
+    textbook estimators of the balanced three-stage nested ANOVA (Searle, Casella & McCulloch, "Variance Components",
+    §4.5): σ̂_E² = MS_E, σ̂_U² = (MS_B(A) − MS_E)/K, σ̂_T² = (MS_A − MS_B(A))/(JK), the differences floored at 0."""
+    arrays = [[a for a in (_clean(c) for c in seed) if len(a)] for seed in cells]
+    arrays = [seed for seed in arrays if seed]
+    flat = [a for seed in arrays for a in seed]
+    df_e = sum(len(a) - 1 for a in flat)
+    if df_e == 0:
+        return None
+    ss_e = sum(0.0 if np.all(a == a[0]) else float(np.sum((a - _group_mean(a)) ** 2)) for a in flat)
+    sigma_e2 = ss_e / df_e
+    sizes = {len(a) for a in flat}
+    k = float(sizes.pop()) if len(sizes) == 1 else len(flat) / sum(1 / len(a) for a in flat)
+    components = nested_variance([[_group_mean(a) for a in seed] for seed in arrays])
+    sigma_u2 = max(0.0, components.msw - sigma_e2 / k) if not math.isnan(components.msw) else math.nan
+    every = np.concatenate(flat)
+    return EvaluationSplit(I=len(arrays), J=components.J, K=k, n=len(every), mean=_group_mean(every),
+                           sigma_t2=components.sigma_t2, sigma_u2=sigma_u2, sigma_e2=sigma_e2)
+
+
+@dataclass
 class SeedPlan:
     """The cheapest design (I training seeds × J unlearning seeds each) whose mean has a standard error at most
     `target_se`: SE² = σ_T²/I + σ_U²/(I·J), cost = I·c_T + I·J·c_U (c_T: training M_o once per training seed; c_U:

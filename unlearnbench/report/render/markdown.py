@@ -22,6 +22,12 @@ VARIANCE_INTRO = ["### Seed variance: training seed (σ_T²) and unlearning seed
                   "var(Z | S = s): the smallest and largest variance over one training seed's unlearning seeds "
                   "(det.: seeds where it is exactly 0). Every metric and model in `seed_variance.csv`, every "
                   "training seed in `seed_variance_by_seed.csv`.", ""]
+EVALUATION_INTRO = ["### Seed variance with the evaluation seed (σ_E²)", "",
+                    "Where the sweep varies `seeds.eval` within each (training, unlearning) seed pair (sampled "
+                    "decoding, `evaluation.sampling`): the three-stage nested split, total = σ_T² + σ_U² + σ_E², "
+                    "with each part's share, for the metrics the evaluation seed moves; K evaluation seeds per pair "
+                    "(harmonic mean). In the table above the evaluation seed's variance is part of σ_U². Every "
+                    "metric in `seed_variance_eval.csv`.", ""]
 W2_INTRO = ["### Single- against multi-training-seed design (W2)", "",
             "A(i): the J unlearning seeds of training seed i; B₋ᵢ: one unlearning seed (the smallest) of every "
             "other training seed. W2(A(i), B₋ᵢ) for every training seed i, against the 95th percentile of its "
@@ -187,6 +193,19 @@ def variance_section(variance: pd.DataFrame, columns: list[tuple[str, str, str]]
         return []
     return md_table(["method", "metric", "I", "J", "total", "σ_T² [95% CI]", "σ_U² [95% CI]", "χ² CI",
                      "var(Z | S = s): min–max", "equal var. p", "ICC"], rows)
+
+
+def evaluation_section(split: pd.DataFrame, catalogue: Catalogue) -> list[str]:
+    """The unlearned models' rows whose evaluation seed moves them (σ_E² > 0), by method."""
+    moved = split[(split["role"] == "unlearned") & (split["sigma_e2"] > 0)].sort_values(["method", "metric"],
+                                                                                        kind="stable")
+    rows = [[r.method, catalogue.label(r.metric, r.split), str(r.I), fmt(r.J), fmt(r.K), fmt(r.total),
+             fmt(r.sigma_t2), fmt(r.sigma_u2), fmt(r.sigma_e2),
+             " / ".join("–" if math.isnan(v) else f"{v:.0%}" for v in (r.train_share, r.unlearn_share, r.eval_share))]
+            for r in moved.itertuples()]
+    if not rows:
+        return []
+    return md_table(["method", "metric", "I", "J", "K", "total", "σ_T²", "σ_U²", "σ_E²", "shares T / U / E"], rows)
 
 
 def spread(row) -> str:
@@ -388,6 +407,8 @@ def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Pat
         target_se = study.plans["target_se"].iloc[0] if not study.plans.empty else None
         plan_intro = [line.format(target=fmt(target_se)) for line in PLAN_INTRO]
         for intro, section in ((VARIANCE_INTRO, variance_section(matching(variance, select), columns, catalogue)),
+                               (EVALUATION_INTRO, evaluation_section(matching(study.variance_eval, select),
+                                                                     catalogue)),
                                (W2_INTRO, wasserstein_section(matching(wasserstein, select), columns, catalogue)),
                                (RANK_INTRO, rank_section(matching(study.ranks, select), catalogue)),
                                (plan_intro, plan_section(matching(study.plans, select), columns,
