@@ -200,3 +200,12 @@ def test_a_muse_dataset_outside_its_scenario_is_refused_in_one_line(tmp_path):
     outcome = run(["experiment=tofu", "dataset=muse_fictitious", "+method=npo"], tmp_path)
     assert outcome.error == ("dataset muse_fictitious runs model=causal_lm in scenario=forget_corpus (not causal_lm in "
                              "forget_entities): use experiment=muse")
+
+
+@pytest.mark.parametrize(("preset", "dataset"), [("muse_seeds", "muse_fictitious"), ("wmdp_seeds", "wmdp_fictitious")])
+def test_the_seed_study_presets_sweep_nested_seeds_on_the_corpus_benchmarks(preset, dataset):
+    config = compose_config([f"experiment={preset}", "seeds.train=2", "study.repeat=1"], return_hydra_config=True)
+    assert (config.dataset.name, config.scenario.name, config.task.bench.rsplit(".", 1)[1]) == (
+        dataset, "forget_corpus", "MuseBench" if dataset.startswith("muse") else "WmdpBench")
+    assert dict(config.hydra.sweeper.params) == {"seeds.train": "range(5)", "study.repeat": "range(3)"}
+    assert (config.seeds.unlearn, config.seeds.eval) == (7, 7)  # s_u = i·J + j

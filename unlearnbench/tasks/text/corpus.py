@@ -54,7 +54,7 @@ class CorpusData:
         """The data's identity and sizes, for result.json's `dataset`."""
         return {"name": self.name, "fingerprint": self.fingerprint(), "forget": len(self.forget),
                 "retain": len(self.retain), "extra": len(self.extra),
-                **{probe: len(rows) for probe, rows in self.probes.items()}}
+                "probes": {probe: len(rows) for probe, rows in self.probes.items()}}
 
 
 @dataclass(frozen=True)
