@@ -12,7 +12,9 @@ from unlearnbench.report.compute.forget_quality import read_examples
 from unlearnbench.tasks.text import metrics
 from unlearnbench.tasks.text.catalogue import MUSE_CATALOGUE
 
-MUSE, WMDP, TOFU = ["experiment=muse", "dataset.articles=8"], ["experiment=wmdp"], ["experiment=tofu"]
+ONE_THREAD = ["runtime.threads=1", "runtime.print_table=false"]
+MUSE, WMDP = ["experiment=muse", "dataset.articles=8", *ONE_THREAD], ["experiment=wmdp", *ONE_THREAD]
+TOFU = ["experiment=tofu", *ONE_THREAD]  # test_text_relearn's and test_text_divergence's models, from the cache
 
 
 def table(outcome) -> dict:
@@ -85,9 +87,8 @@ def test_wmdps_original_knows_the_hazard_answers_and_its_retrained_model_guesses
 
 
 def test_leak_at_k_on_tofus_forget_questions(tmp_path, shared_cache):
-    overrides = [*TOFU, "dataset.entities=6", "dataset.general=4"]
-    plain = table(run_in_process(overrides, tmp_path / "plain", ["grad_ascent"], shared_cache))
-    runs = [table(run_in_process([*overrides, "evaluation.sampling.k=2", "evaluation.sampling.temperature=1.5",
+    plain = table(run_in_process(TOFU, tmp_path / "plain", ["grad_ascent"], shared_cache))
+    runs = [table(run_in_process([*TOFU, "evaluation.sampling.k=2", "evaluation.sampling.temperature=1.5",
                                   f"seeds.eval={seed}"], tmp_path / str(seed), ["grad_ascent"], shared_cache))
             for seed in (0, 1)]
     for values in runs:
