@@ -13,13 +13,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import compose_config
+from helpers import compose_config, with_paths
 from lightning_fabric import Fabric
 from omegaconf import OmegaConf
 
 from unlearnbench.core.components import build
 from unlearnbench.core.errors import UserError
 from unlearnbench.core.job import JobPlan, execute
+from unlearnbench.core.plan import plan_job
 from unlearnbench.tasks.text.muse_data import MuseFiles, muse_fictitious
 from unlearnbench.tasks.text.wmdp_data import Wmdp, wmdp_fictitious
 
@@ -209,3 +210,15 @@ def test_the_seed_study_presets_sweep_nested_seeds_on_the_corpus_benchmarks(pres
         dataset, "forget_corpus", "MuseBench" if dataset.startswith("muse") else "WmdpBench")
     assert dict(config.hydra.sweeper.params) == {"seeds.train": "range(5)", "study.repeat": "range(3)"}
     assert (config.seeds.unlearn, config.seeds.eval) == (7, 7)  # s_u = i·J + j
+
+
+@pytest.mark.parametrize(("overrides", "dataset"), [(["experiment=wmdp", "+method=npo"], "wmdp_fictitious"),
+                                                    (["+method=finetune"], "digits")])
+def test_sampled_generations_are_refused_where_nothing_is_generated(tmp_path, overrides, dataset):
+    config = with_paths([*overrides, "evaluation.sampling.k=2"], tmp_path)
+    with pytest.raises(UserError, match=rf"^the 'evaluation\.sampling\.k' option of dataset {dataset} must be 0: its "
+                                        r"benchmark generates no text to sample \(Leak@k is scored on TOFU-format and "
+                                        r"MUSE data\); got 2 instead$"):
+        plan_job(config, tmp_path)
+    assert plan_job(with_paths(["experiment=muse", "+method=npo", "evaluation.sampling.k=2"], tmp_path),
+                    tmp_path).config["evaluation"]["sampling"]["k"] == 2

@@ -50,6 +50,7 @@ class Bench(ABC):
 
     targets: Sequence[str]  # the scenario's targets (classes, fractions, forget sets of entities): a unit each
     methods: Sequence[Method]  # the job's methods, in the plan's order
+    samples_generations: bool = False  # whether `evaluation.sampling` (Leak@k's sampled generations) applies
 
     @abstractmethod
     def original(self) -> Any:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from unlearnbench.core.components import build, target_of
+from unlearnbench.core.components import build, locate, target_of
 from unlearnbench.core.config import validate
 from unlearnbench.core.errors import UserError, invalid
 from unlearnbench.runtime import progress
@@ -77,6 +77,7 @@ def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
                             f"a {task} dataset")
     config = OmegaConf.to_container(cfg, resolve=True)
     refuse_foreign_metrics(config["evaluation"]["metrics"], task, cfg.dataset.name)
+    refuse_sampling(config, cfg.dataset.name)
     scenario = build(config["scenario"], "scenario")
     methods = [config["method"]] if config["method"] is not None else chosen(registered_methods(cfg, task),
                                                                              config["methods"], task)
@@ -84,6 +85,15 @@ def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
     if config["method"] is not None and unserved:
         raise UserError(f"method {unserved[0]} does not serve scenario {scenario.name}")
     return JobPlan(config, [m for m in methods if m["name"] not in unserved], str(folder), log=progress.job_log())
+
+
+def refuse_sampling(config: dict, dataset: str) -> None:
+    """Refuse sampled generations (`evaluation.sampling.k`, Leak@k) where the job's bench generates nothing to
+    sample: its bench declares `samples_generations`."""
+    k = config["evaluation"]["sampling"]["k"]
+    if k and not getattr(locate(config["task"]["bench"]), "samples_generations", False):
+        raise invalid("evaluation.sampling.k", f"dataset {dataset}", "0: its benchmark generates no text to sample "
+                      "(Leak@k is scored on TOFU-format and MUSE data)", k)
 
 
 def refuse_foreign_metrics(metrics: dict, task: str, dataset: str) -> None:

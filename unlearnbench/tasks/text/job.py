@@ -78,6 +78,7 @@ class TextBench(Bench):
 
     scenario_type: type = ForgetEntities  # the scenario and preset this bench's data runs in
     preset = "experiment=tofu"
+    samples_generations = True
 
     def __init__(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
         self.prepare(fabric, plan, outcome)

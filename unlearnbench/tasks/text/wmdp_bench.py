@@ -52,6 +52,7 @@ class WmdpBench(CorpusBench):
     """`task.bench` of `dataset=wmdp|wmdp_fictitious`."""
 
     preset = "experiment=wmdp"
+    samples_generations = False  # multiple choice: nothing generated
 
     def evaluator(self, batch_size: int) -> WmdpEvaluator:
         return WmdpEvaluator(self.fabric, self.tokenizer, self.data, batch_size)
