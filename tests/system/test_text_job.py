@@ -24,7 +24,8 @@ from unlearnbench.tasks.text.evaluate import TEXT_COLUMNS
 pytestmark = pytest.mark.processes
 
 EXAMPLE = REPO / "docs" / "examples" / "python" / "text_seeds.py"
-METHODS = {"grad_ascent", "grad_diff", "npo", "simnpo", "idk_dpo", "rmu", "undial", "text_finetune", "text_retrain"}
+METHODS = {"grad_ascent", "grad_diff", "npo", "simnpo", "idk_dpo", "rmu", "undial", "wga", "satimp", "ceu",
+           "text_finetune", "text_retrain"}
 
 
 @pytest.fixture(scope="module")

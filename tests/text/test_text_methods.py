@@ -18,7 +18,7 @@ from unlearnbench.runtime.seeding import streams
 from unlearnbench.tasks.text.data import IGNORE
 from unlearnbench.tasks.text.methods.base import TextTask
 
-TEXT_METHODS = ["grad_ascent", "grad_diff", "npo", "simnpo", "idk_dpo", "rmu", "undial"]
+TEXT_METHODS = ["grad_ascent", "grad_diff", "npo", "simnpo", "idk_dpo", "rmu", "undial", "wga", "satimp", "ceu"]
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +48,13 @@ def nll(model, batch):
     mask = labels != IGNORE
     picked = logp.gather(-1, labels.clamp(min=0)[..., None])[..., 0]
     return -(picked * mask).sum(1), mask.sum(1)
+
+
+def token_nlls(model, batch, labels=None):
+    """Per labelled next token of the batch, flattened: its NLL (with gradient)."""
+    labels = (batch["labels"] if labels is None else labels)[:, 1:]
+    logp = torch.log_softmax(logits(model, batch)[:, :-1], -1)
+    return -logp[labels != IGNORE].gather(-1, labels[labels != IGNORE][:, None])[:, 0]
 
 
 def mean_nll(model, batch):
@@ -85,6 +92,19 @@ def expected(name: str, model, reference, forget, retain, extra=None):
         for b, t in (labels != IGNORE).nonzero().tolist():
             lowered[b, t, labels[b, t]] -= 10.0
         return -(torch.softmax(lowered, -1) * torch.log_softmax(z, -1)).sum(-1).mean()
+    if name in ("wga", "satimp"):  # WGA: p^1; SatImp: p^5 (1 − p)^1, with γ = 1, α = 0.1 (the authors')
+        ell = token_nlls(model, forget)
+        p = torch.exp(-ell).detach()
+        weight = p if name == "wga" else p ** 5 * (1 - p)
+        return -(weight * ell).mean() + (1.0 if name == "wga" else 0.1) * retain_nll
+    if name == "ceu":  # the first answer token of each sequence left out; q: softmax without the true token
+        labels = forget["labels"].clone()
+        for row in range(labels.shape[0]):
+            labels[row, (labels[row] != IGNORE).nonzero()[0, 0]] = IGNORE
+        z, shifted = logits(model, forget)[:, :-1], labels[:, 1:]
+        chosen, targets = z[shifted != IGNORE], shifted[shifted != IGNORE]
+        q = torch.softmax(chosen.detach().scatter(-1, targets[:, None], -torch.inf), -1)
+        return -(q * torch.log_softmax(chosen, -1)).sum(-1).mean()
     raise AssertionError(name)
 
 

@@ -1,9 +1,9 @@
 """The losses of the text task's unlearning methods, on logits and labels, one function per formula.
 
-The methods (GradAscent, GradDiff, NPO, SimNPO, IdkDPO, RMU, UNDIAL) combine these as OpenUnlearning's trainers do
-(locuslab/open-unlearning `src/trainer/unlearn/`, `src/trainer/utils.py`): L = γ·L_forget + α·L_retain. Logits are
-(B, T, V) for ids (B, T); position t predicts token t + 1, so labels are shifted by one, and IGNORE labels (the
-prompt, the padding) carry no loss unless a formula says otherwise.
+The methods (GradAscent, GradDiff, NPO, SimNPO, IdkDPO, RMU, UNDIAL, WGA, SatImp, CE-U) combine these as
+OpenUnlearning's trainers do (locuslab/open-unlearning `src/trainer/unlearn/`, `src/trainer/utils.py`):
+L = γ·L_forget + α·L_retain. Logits are (B, T, V) for ids (B, T); position t predicts token t + 1, so labels are
+shifted by one, and IGNORE labels (the prompt, the padding) carry no loss unless a formula says otherwise.
 
 One decision differs from the reference: in UNDIAL, a position whose label is IGNORE gets no logit shift (its
 target is the teacher's own distribution), where OpenUnlearning's one-hot of −100 shifts vocabulary row V − 100.
@@ -83,3 +83,34 @@ def undial(logits: Tensor, reference_logits: Tensor, labels: Tensor, beta: float
     shift = F.one_hot(labels.clamp(min=0), logits.shape[-1]).float() * labelled.unsqueeze(-1)
     target = torch.softmax(reference_logits[:, :-1].float() - beta * shift, -1)
     return -(target * torch.log_softmax(logits, -1)).sum(-1).mean()
+
+
+def token_nll(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """Per next-token position, ℓ_t = −log p_θ(y_t | ·) (0 where unlabelled), and whether it is labelled."""
+    logits, labels, labelled = shifted(logits, labels)
+    nll = F.cross_entropy(logits.transpose(1, 2), labels.clamp(min=0), reduction="none")
+    return nll * labelled, labelled
+
+
+def weighted_ascent(logits: Tensor, labels: Tensor, weight) -> Tensor:
+    """−mean over the batch's labelled tokens of w_t·ℓ_t, w_t = weight(p_t) with p_t = exp(−ℓ_t) detached: the
+    forget term of WGA and SatImp (OpenUnlearning's `compute_wga_loss`, `compute_satimp_loss`)."""
+    nll, labelled = token_nll(logits, labels)
+    probability = torch.exp(-nll.detach())
+    return -(weight(probability) * nll * labelled).sum() / labelled.sum().clamp(min=1)
+
+
+def without_first_answer_tokens(labels: Tensor, count: int) -> Tensor:
+    """The labels with each sequence's first `count` labelled tokens set to IGNORE (CE-U's footnote trick)."""
+    labelled = labels != IGNORE
+    return labels.masked_fill(labelled & (labelled.cumsum(1) <= count), IGNORE)
+
+
+def cross_entropy_unlearning(logits: Tensor, labels: Tensor) -> Tensor:
+    """CE-U's loss (arXiv 2503.01224, OpenUnlearning's `cross_entropy_unlearning_loss`): at each labelled position,
+    the cross-entropy from q = softmax of the detached logits with the true token's set to −∞ to the model's
+    distribution, −Σ_v q_v log p_v, averaged over the labelled positions of the batch."""
+    logits, labels, labelled = shifted(logits, labels)
+    target_logits = logits.detach().scatter(-1, labels.clamp(min=0).unsqueeze(-1), float("-inf"))
+    per_position = -(torch.softmax(target_logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
+    return (per_position * labelled).sum() / labelled.sum().clamp(min=1)

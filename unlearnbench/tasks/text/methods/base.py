@@ -134,11 +134,15 @@ class ForgetRetainMethod(TextMethod):
         over the global batch (`global_mean`: with one process, the terms themselves)."""
         fabric = task.fabric
         loss = self.gamma * global_mean(fabric, self.forget_loss(model, reference, forget, task),
-                                        UNITS[self.forget_unit](forget))
+                                        self.forget_count(forget))
         if self.alpha == 0:
             return loss
         return loss + self.alpha * global_mean(fabric, self.retain_term(model, reference, retain),
                                                UNITS[self.retain_unit](retain))
+
+    def forget_count(self, forget: dict[str, Tensor]) -> Tensor | int:
+        """How many units L_forget averages over on this rank's batch (`forget_unit`)."""
+        return UNITS[self.forget_unit](forget)
 
     @property
     def retain_unit(self) -> str:
