@@ -97,3 +97,41 @@ def test_a_record_longer_than_the_model_takes_is_one_line(data):
     splits = ForgetEntities(split="forget10").split(data, torch.Generator())
     with pytest.raises(UserError, match=r"tokens long, above max_length=12"):
         TextEvaluator(Fabric(accelerator="cpu", devices=1), lm.encoder(tokenizer), splits, 4, 4)
+
+
+def test_generation_stops_at_every_end_id_of_the_models_generation_config(data, lm):
+    """Llama 3.x Instruct ends a turn with any of three ids: a generation stops at the first of the model's
+    `generation_config.eos_token_id` (one or a list) or the tokenizer's eos, and is cut there."""
+    from unlearnbench.tasks.text.evaluate import end_ids, generate
+
+    tokenizer = lm.tokenizer(data.texts())
+    model = tiny_llama(len(tokenizer), 5, hidden=16, heads=2, pad_token_id=tokenizer.pad_token_id,
+                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id).eval()
+    prompt = lm.encoder(tokenizer).prompt(data.full[0]["question"])
+    with torch.no_grad():
+        ids = list(prompt)
+        for _ in range(3):  # the greedy continuation, token by token
+            ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    first, second = ids[len(prompt):len(prompt) + 2]
+    assert first != second and tokenizer.eos_token_id not in (first, second)
+    fabric = Fabric(accelerator="cpu", devices=1)
+    assert end_ids(model, tokenizer) == [tokenizer.eos_token_id]
+    model.generation_config.eos_token_id = [second, tokenizer.eos_token_id]
+    assert end_ids(model, tokenizer) == [second, tokenizer.eos_token_id]
+    assert generate(fabric, model, tokenizer, [prompt], 1, 3) == [tokenizer.decode([first]).strip()]
+    model.generation_config.eos_token_id = first
+    assert generate(fabric, model, tokenizer, [prompt], 1, 3) == [""]
+    wrapped = fabric.setup_module(model)  # read through Fabric's wrapper
+    assert end_ids(wrapped, tokenizer) == [first, tokenizer.eos_token_id]
+
+
+def test_the_true_side_of_the_truth_ratio_is_the_answer_on_the_general_sets_whatever_the_records_carry(data, lm):
+    tokenizer = lm.tokenizer(data.texts())
+    splits = ForgetEntities(split="forget10").split(data, torch.Generator())
+    carrying = [{**r, "paraphrased_answer": data.full[0]["answer"]} for r in splits.general_authors]
+    splits = type(splits)(**{**vars(splits), "general_authors": carrying})
+    model = tiny_llama(len(tokenizer), 3, hidden=16, heads=2).eval()
+    outputs = TextEvaluator(Fabric(accelerator="cpu", devices=1), lm.encoder(tokenizer), splits, 4, 2).outputs(model)
+    np.testing.assert_array_equal(outputs["general_authors"].loss_true, outputs["general_authors"].loss)
+    forget = outputs["forget"]
+    assert not np.array_equal(forget.loss_true, forget.loss)  # the paraphrase on forget

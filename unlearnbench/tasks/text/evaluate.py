@@ -36,6 +36,7 @@ MIA_K = 0.4  # Min-K% and Min-K%++'s k (OpenUnlearning's mia_min_k.yaml)
 MIA_SCORES = ("loss", "zlib", "min_k", "min_k_pp")
 FORGET = "forget"
 UTILITY_SPLITS = ("retain", "general_authors", "general_facts")  # model utility's 9 values: 3 metrics × these
+GENERAL = "general_"  # the prefix of the general sets' split names (TOFU's real authors and world facts)
 
 
 @dataclass
@@ -79,20 +80,24 @@ class TextEvaluator:
                  max_new_tokens: int, sampling: Sampling | None = None) -> None:
         self.fabric, self.encoder, self.batch_size, self.max_new_tokens = fabric, encoder, batch_size, max_new_tokens
         self.sampling = sampling
-        self.items = {name: self.encode(records) for name, records in splits.evaluated().items()}
+        self.items = {name: self.encode(records, not name.startswith(GENERAL))
+                      for name, records in splits.evaluated().items()}
 
-    def encode(self, records: list[dict]) -> SplitItems:
+    def encode(self, records: list[dict], paraphrased: bool = True) -> SplitItems:
         try:
-            return self.encoded(records)
+            return self.encoded(records, paraphrased)
         except ValueError as error:  # a record too long for the model, or a template that cuts into the answer
             raise UserError(str(error)) from None
 
-    def encoded(self, records: list[dict]) -> SplitItems:
+    def encoded(self, records: list[dict], paraphrased: bool) -> SplitItems:
+        """The split's items; the truth ratio's true side is the paraphrase where `paraphrased` (forget, retain) and
+        the record has one, else the answer (the general sets, whatever fields their records carry, as the
+        reference)."""
         enc, fabric = self.encoder, self.fabric
         answers = [enc.item(r["question"], r["answer"]) for r in records]
         scored = bool(records) and all(r.get("perturbed_answer") for r in records)
         k = min(len(r["perturbed_answer"]) for r in records) if scored else 0
-        true = [enc.item(r["question"], r.get("paraphrased_answer") or r["answer"]) for r in records]
+        true = [enc.item(r["question"], (paraphrased and r.get("paraphrased_answer")) or r["answer"]) for r in records]
         perturbed = [enc.item(r["question"], r["perturbed_answer"][j]) for r in records for j in range(k)]
         references = [enc.answer_text(item) for item in answers]
         return SplitItems(
@@ -175,9 +180,9 @@ class Sampling:
 
 def generate(fabric: Fabric, model: nn.Module, tokenizer, prompts: list[list[int]], batch_size: int,
              max_new_tokens: int, sampling: Sampling | None = None) -> list[str]:
-    """Continuations of left-padded prompts, cut at the first eos: greedy (OpenUnlearning's generation defaults,
-    with `max_new_tokens` from the model config or the benchmark), or `sampling.k` sampled ones per prompt, a
-    prompt's samples consecutive.
+    """Continuations of left-padded prompts, cut at the first end id (`end_ids`): greedy (OpenUnlearning's
+    generation defaults, with `max_new_tokens` from the model config or the benchmark), or `sampling.k` sampled ones
+    per prompt, a prompt's samples consecutive.
 
     `generate` runs inside the strategy's wrapper (Fabric's `mark_forward_method`), where FSDP gathers the
     parameters it shards; with several ranks every rank takes a step until all are done (`synced_gpus`), as
@@ -186,6 +191,7 @@ def generate(fabric: Fabric, model: nn.Module, tokenizer, prompts: list[list[int
 
     if is_wrapped(model):
         model.mark_forward_method("generate")
+    ends = end_ids(model, tokenizer)
     decoding = {"do_sample": False} if sampling is None else {
         "do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0,
         "num_return_sequences": sampling.k}
@@ -197,12 +203,24 @@ def generate(fabric: Fabric, model: nn.Module, tokenizer, prompts: list[list[int
             with fabric.autocast():
                 out = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                                      max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                                     eos_token_id=tokenizer.eos_token_id, synced_gpus=fabric.world_size > 1,
+                                     eos_token_id=ends, synced_gpus=fabric.world_size > 1,
                                      stopping_criteria=StoppingCriteriaList([StopOnInterrupt()]), **decoding)
             for row in out[:, batch["input_ids"].shape[1]:].tolist():
-                cut = row.index(tokenizer.eos_token_id) if tokenizer.eos_token_id in row else len(row)
+                cut = next((i for i, token in enumerate(row) if token in ends), len(row))
                 texts.append(tokenizer.decode(row[:cut], skip_special_tokens=True).strip())
     return texts
+
+
+def end_ids(model: nn.Module, tokenizer) -> list[int]:
+    """Every id that ends a generation: the model's `generation_config.eos_token_id` (one id or several: Llama 3.x
+    Instruct lists 128001, 128008, 128009) and the tokenizer's eos, as OpenUnlearning generates with the model's
+    generation config."""
+    inner = model
+    while getattr(inner, "generation_config", None) is None and hasattr(inner, "module"):
+        inner = inner.module  # Fabric's wrapper, then the strategy's (DDP, FSDP)
+    declared = getattr(getattr(inner, "generation_config", None), "eos_token_id", None)
+    declared = [] if declared is None else [declared] if isinstance(declared, int) else list(declared)
+    return list(dict.fromkeys([*declared, *([] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id])]))
 
 
 def sampled(fabric: Fabric, model: nn.Module, tokenizer, prompts: list[list[int]], batch_size: int,
@@ -245,7 +263,7 @@ def split_scores(name: str, out: SplitOutputs) -> dict:
     """A split's aggregates: probability (normalised over the options on the general sets, as TOFU's ra/wf),
     truth ratio (closer_to_1_better on forget, true_better elsewhere), ROUGE-L recall; and on forget, exact
     memorisation, extraction strength and, where samples were drawn, Leak@k."""
-    general = name.startswith("general_")
+    general = name.startswith(GENERAL)
     scores = {("rouge_l_recall", name): float(out.rouge.mean())}
     if out.leak is not None:
         scores[("leak_at_k", name)] = float(out.leak.mean())
