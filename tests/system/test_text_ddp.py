@@ -19,7 +19,8 @@ from unlearnbench.tasks.text.model import CausalLM
 from unlearnbench.tasks.text.scenario import ForgetEntities
 from unlearnbench.tasks.text.train import Items
 
-METHODS = "methods=[grad_diff,npo,idk_dpo,rmu,undial,ceu,text_finetune]"  # every kind of unit a loss averages over
+METHODS = "methods=[grad_diff,npo,idk_dpo,rmu,undial,ceu,pdu,text_finetune]"  # every kind of unit a loss averages over,
+# and PDU's dual variable, updated from the global batch
 CONTINUOUS = ("prob", "truth_ratio", "model_utility")  # EM, ES, ROUGE, KS and AUCs move in steps: not compared
 
 

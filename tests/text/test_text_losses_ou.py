@@ -1,5 +1,6 @@
-"""The forget losses of WGA, SatImp and CE-U against the reference's formulas written out here from the papers and
-OpenUnlearning's `compute_wga_loss`, `compute_satimp_loss` and `cross_entropy_unlearning_loss` (flattened tokens,
+"""The forget losses of WGA, SatImp, CE-U and PDU against the reference's formulas written out here from the papers and
+OpenUnlearning's `compute_wga_loss`, `compute_satimp_loss`, `cross_entropy_unlearning_loss` and `PDU.compute_loss`
+(flattened tokens,
 boolean indexing, soft-target cross-entropy), on a fixed batch: values and gradients."""
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ def reference_ceu(logits, labels, first):
     return F.cross_entropy(chosen, F.softmax(target_logits, -1))
 
 
+def reference_margin(logits, labels):
+    """PDU: (max − mean)² of the flattened, unshifted logits, masked by the unshifted labels."""
+    flat = logits.reshape(-1, logits.size(-1))
+    margin = (flat.max(dim=-1)[0] - flat.mean(dim=-1)) ** 2
+    mask = (labels != -100).reshape(-1)
+    return (margin * mask).sum() / mask.sum()
+
+
 def value_and_gradient(loss_of):
     logits, labels = batch()
     loss = loss_of(logits, labels)
@@ -60,7 +69,8 @@ def value_and_gradient(loss_of):
      lambda z, y: reference_ceu(z, y, 1)),
     (lambda z, y: losses.cross_entropy_unlearning(z, losses.without_first_answer_tokens(y, 0)),
      lambda z, y: reference_ceu(z, y, 0)),
-], ids=["wga", "wga_beta", "satimp", "ceu", "ceu_all_tokens"])
+    (losses.logit_margin, reference_margin),
+], ids=["wga", "wga_beta", "satimp", "ceu", "ceu_all_tokens", "pdu"])
 def test_each_forget_loss_is_the_references_formula_in_value_and_gradient(mine, theirs):
     value, gradient = value_and_gradient(mine)
     expected_value, expected_gradient = value_and_gradient(theirs)

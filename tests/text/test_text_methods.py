@@ -4,6 +4,7 @@ call into unlearnbench.tasks.text.losses): the wiring of terms, signs, coefficie
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -18,7 +19,7 @@ from unlearnbench.runtime.seeding import streams
 from unlearnbench.tasks.text.data import IGNORE
 from unlearnbench.tasks.text.methods.base import TextTask
 
-TEXT_METHODS = ["grad_ascent", "grad_diff", "npo", "simnpo", "idk_dpo", "rmu", "undial", "wga", "satimp", "ceu"]
+TEXT_METHODS = ["grad_ascent", "grad_diff", "npo", "simnpo", "idk_dpo", "rmu", "undial", "wga", "satimp", "ceu", "pdu"]
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +106,12 @@ def expected(name: str, model, reference, forget, retain, extra=None):
         chosen, targets = z[shifted != IGNORE], shifted[shifted != IGNORE]
         q = torch.softmax(chosen.detach().scatter(-1, targets[:, None], -torch.inf), -1)
         return -(q * torch.log_softmax(chosen, -1)).sum(-1).mean()
+    if name == "pdu":  # margin + λ(L_r − ε), λ = α = 1 at the start, ε = 2 × the model's NLL over the retain set
+        z, answer = logits(model, forget), forget["labels"] != IGNORE
+        margin = ((z.max(-1).values - z.mean(-1)) ** 2)[answer].mean()
+        with torch.no_grad():
+            eps = 2 * mean_nll(model, extra)
+        return margin + (retain_nll - eps)
     raise AssertionError(name)
 
 
@@ -122,6 +129,8 @@ def test_each_methods_step_loss_is_its_formula(setting, name, monkeypatch):
                          for row in forget["row"].tolist()], encoder.pad_id)
     else:
         chosen.prepare(model, reference, task)
+        if name == "pdu":
+            extra = task.retain.rows(torch.arange(len(task.retain)))
     got = chosen.loss(model, reference, forget, retain, task)
     assert got.item() == pytest.approx(expected(name, model, reference, forget, retain, extra).item(), rel=1e-5)
     assert got.requires_grad
@@ -187,3 +196,29 @@ def test_every_text_method_is_one_of_the_task_and_refuses_an_image_dataset():
     with pytest.raises(UserError, match="method npo serves the text task, but dataset digits is a "
                                         "image_classification dataset"):
         plan_job(compose_config(["+method=npo"]), None)
+
+
+@pytest.mark.parametrize("upon", ["step", "epoch"])
+def test_pdus_dual_variable_moves_with_the_retain_loss_only_after_its_warm_up(setting, upon):
+    """λ ← max(0, λ + η(L_r − ε)): not before `dual_warmup_epochs` epochs; then after every step with that step's
+    retain loss, or at each epoch's end with the mean over a pass of drawn retain batches."""
+    _, _, _, _, _, model, reference, forget, retain = setting
+    chosen = method("pdu", "method.retain_loss_eps=0.5", "method.dual_step_size=2.0", "method.dual_warmup_epochs=1",
+                    f"method.dual_update_upon={upon}")
+    task = task_of(setting, "pdu")
+    chosen.prepare(model, reference, task)
+    assert (chosen.dual, chosen.eps) == (1.0, 0.5)
+    with torch.no_grad():
+        chosen.loss(model, reference, forget, retain, task)
+        assert chosen.dual == 1.0  # within the warm-up
+        drawn = [mean_nll(model, r).item() for _, r in task_of(setting, "pdu").pairs(chosen.batch_size)]
+        chosen.end_epoch(model, reference, task)  # the warm-up's end: updates on (in epoch mode, one now)
+        after_epoch = chosen.dual
+        chosen.loss(model, reference, forget, retain, task)
+    if upon == "step":
+        assert after_epoch == 1.0
+        assert chosen.dual == pytest.approx(max(0.0, 1.0 + 2.0 * (mean_nll(model, retain).item() - 0.5)), rel=1e-6)
+    else:  # the same stream as the method's: the same retain draws
+        assert after_epoch == pytest.approx(max(0.0, 1.0 + 2.0 * (np.mean(drawn) - 0.5)), rel=1e-5)
+        assert chosen.dual == after_epoch  # no step updates
+    assert chosen.dual >= 0.0

@@ -1,6 +1,6 @@
 """The losses of the text task's unlearning methods, on logits and labels, one function per formula.
 
-The methods (GradAscent, GradDiff, NPO, SimNPO, IdkDPO, RMU, UNDIAL, WGA, SatImp, CE-U) combine these as
+The methods (GradAscent, GradDiff, NPO, SimNPO, IdkDPO, RMU, UNDIAL, WGA, SatImp, CE-U, PDU) combine these as
 OpenUnlearning's trainers do (locuslab/open-unlearning `src/trainer/unlearn/`, `src/trainer/utils.py`):
 L = γ·L_forget + α·L_retain. Logits are (B, T, V) for ids (B, T); position t predicts token t + 1, so labels are
 shifted by one, and IGNORE labels (the prompt, the padding) carry no loss unless a formula says otherwise.
@@ -114,3 +114,12 @@ def cross_entropy_unlearning(logits: Tensor, labels: Tensor) -> Tensor:
     target_logits = logits.detach().scatter(-1, labels.clamp(min=0).unsqueeze(-1), float("-inf"))
     per_position = -(torch.softmax(target_logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
     return (per_position * labelled).sum() / labelled.sum().clamp(min=1)
+
+
+def logit_margin(logits: Tensor, labels: Tensor) -> Tensor:
+    """PDU's forget term (logit-margin flattening, OpenUnlearning's `PDU.compute_loss`): at every position whose own
+    token is an answer token (the labels and logits unshifted, as the reference masks them since its #147),
+    (max_v z_v − mean_v z_v)², averaged over those positions of the batch."""
+    logits, answer = logits.float(), labels != IGNORE
+    margin = (logits.max(-1).values - logits.mean(-1)).square()
+    return (margin * answer).sum() / answer.sum().clamp(min=1)

@@ -125,6 +125,7 @@ class ForgetRetainMethod(TextMethod):
                 with task.fabric.autocast():
                     loss = self.loss(model, reference, forget, retain, task)
                 step(task.fabric, model, optimizer, schedule, loss)
+            self.end_epoch(model, reference, task)
         model.eval()
         return model
 
@@ -155,6 +156,9 @@ class ForgetRetainMethod(TextMethod):
 
     def prepare(self, model: nn.Module, reference: nn.Module | None, task: TextTask) -> None:
         """Anything a method sets up once before its first step (RMU's hooks and direction)."""
+
+    def end_epoch(self, model: nn.Module, reference: nn.Module | None, task: TextTask) -> None:
+        """Anything a method does at each epoch's end (PDU's dual update)."""
 
     @abstractmethod
     def forget_loss(self, model: nn.Module, reference: nn.Module | None, forget: dict[str, Tensor],

@@ -1,0 +1,110 @@
+"""PDU: primal-dual unlearning (Entesari et al., "Constrained Entropic Unlearning: A Primal-Dual Framework for
+LLMs", arXiv 2506.05314).
+
+As OpenUnlearning's `PDU` (src/trainer/unlearn/pdu.py, configs/trainer/PDU.yaml): L = γ·L_forget + λ·(L_retain − ε),
+L_forget the logit-margin flattening term (`losses.logit_margin`), L_retain GradDiff's (NLL by default), λ the dual
+variable of the constraint L_retain ≤ ε, starting at α. With `primal_dual` on, λ ← max(0, λ + η·(L_retain − ε))
+after every step (`dual_update_upon: step`, with that step's retain loss) or at every epoch's end (`epoch`, with the
+mean retain loss over a fresh pass of drawn retain batches, drawn from the method's stream as the reference's pass
+draws from the global RNG), once `dual_warmup_epochs` epochs are done. Defaults:
+PDU.yaml's (γ = α = 1, η = 1, step, 5 warm-up epochs).
+
+Where this differs from the reference:
+- λ is updated from the **global** batch's retain loss, the same on every rank (the reference updates a Python float
+  per rank from that rank's micro-batch, so that λ drifts apart across GPUs), once per optimiser step.
+- ε (`retain_loss_eps`) is mandatory in the reference (`???`); null here takes twice M_o's own retain loss (the
+  token-mean NLL over the retain set, measured before the first step), the README's advice to choose ε "larger than
+  the retain loss of the starting model" made a default. Its TOFU script sets ε = 0.3, α = 100, η = 5 on
+  Llama-3.2-1B.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from unlearnbench.core.config import AT_LEAST_0, POSITIVE, Range
+from unlearnbench.tasks.text import losses
+from unlearnbench.tasks.text.data import IGNORE
+from unlearnbench.tasks.text.methods.base import UNITS, ForgetRetainMethod, TextTask
+from unlearnbench.tasks.text.train import forward, global_mean
+
+UPDATES = ("step", "epoch")
+
+
+class PDU(ForgetRetainMethod):
+    ranges: ClassVar[dict[str, Range]] = {"retain_loss_eps": POSITIVE, "dual_step_size": AT_LEAST_0,
+                                          "dual_update_upon": Range(choices=UPDATES),
+                                          "dual_warmup_epochs": AT_LEAST_0}
+    optional: ClassVar[tuple[str, ...]] = ("lr", "retain_loss_eps")
+
+    def __init__(self, name: str, retain_loss_eps: float | None = None, primal_dual: bool = True,
+                 dual_step_size: float = 1.0, dual_update_upon: str = "step", dual_warmup_epochs: int = 5,
+                 **options) -> None:
+        super().__init__(name, **options)
+        self.retain_loss_eps, self.primal_dual, self.dual_step_size = retain_loss_eps, primal_dual, dual_step_size
+        self.dual_update_upon, self.dual_warmup_epochs = dual_update_upon, dual_warmup_epochs
+
+    def forget_count(self, forget: dict[str, Tensor]) -> Tensor:
+        return (forget["labels"] != IGNORE).sum()
+
+    def forget_loss(self, model: nn.Module, reference: nn.Module | None, forget: dict[str, Tensor],
+                    task: TextTask) -> Tensor:
+        return losses.logit_margin(forward(model, forget), forget["labels"])
+
+    def prepare(self, model: nn.Module, reference: nn.Module | None, task: TextTask) -> None:
+        self.dual, self.updating, self.epoch = float(self.alpha), self.dual_warmup_epochs == 0, 0
+        self.eps = self.retain_loss_eps if self.retain_loss_eps is not None else 2 * self.starting_retain_loss(
+            model, task)
+
+    @torch.no_grad()
+    def starting_retain_loss(self, model: nn.Module, task: TextTask) -> float:
+        """M_o's token-mean NLL over the whole retain set (every rank computes it alike)."""
+        total = count = 0.0
+        for start in range(0, len(task.retain), self.batch_size):
+            batch = task.retain.rows(torch.arange(start, min(start + self.batch_size, len(task.retain))))
+            summed, tokens = losses.sequence_nll(forward(model, batch), batch["labels"])
+            total, count = total + float(summed.sum()), count + float(tokens.sum())
+        return total / max(count, 1.0)
+
+    def loss(self, model: nn.Module, reference: nn.Module | None, forget: dict[str, Tensor],
+             retain: dict[str, Tensor], task: TextTask) -> Tensor:
+        """γ·L_forget + λ·(L_retain − ε), each term this rank's share of its global mean; then, past the warm-up,
+        the step's dual update from the global retain loss."""
+        fabric = task.fabric
+        forget_term = global_mean(fabric, self.forget_loss(model, reference, forget, task), self.forget_count(forget))
+        retain_share = global_mean(fabric, self.retain_term(model, reference, retain),
+                                   UNITS[self.retain_unit](retain))
+        loss = self.gamma * forget_term + self.dual * (retain_share - self.eps / fabric.world_size)
+        if self.primal_dual and self.updating and self.dual_update_upon == "step":
+            self.update(self.global_value(fabric, retain_share))
+        return loss
+
+    @staticmethod
+    def global_value(fabric, share: Tensor) -> float:
+        """The global batch's mean from this rank's share of it (`global_mean`'s shares sum to world size × it)."""
+        share = share.detach().float()
+        if fabric.world_size > 1:
+            share = fabric.all_reduce(share.clone(), reduce_op="sum") / fabric.world_size
+        return float(share)
+
+    def update(self, retain_loss: float) -> None:
+        self.dual = max(0.0, self.dual + self.dual_step_size * (retain_loss - self.eps))
+
+    def end_epoch(self, model: nn.Module, reference: nn.Module | None, task: TextTask) -> None:
+        """The reference's callback: past `dual_warmup_epochs` epochs, updates are on; in `epoch` mode, λ moves with
+        the mean retain loss over a fresh pass of drawn retain batches, in evaluation mode."""
+        self.epoch += 1
+        if not self.primal_dual or self.epoch < self.dual_warmup_epochs:
+            return
+        self.updating = True
+        if self.dual_update_upon == "epoch":
+            model.eval()
+            with torch.no_grad():
+                shares = [self.global_value(task.fabric, global_mean(task.fabric, self.retain_term(
+                    model, reference, retain), UNITS[self.retain_unit](retain)))
+                          for _, retain in task.pairs(self.batch_size)]
+            model.train()
+            self.update(sum(shares) / len(shares))
