@@ -43,7 +43,10 @@ def test_metrics_do_not_change_with_the_evaluation_batch_size(data, lm):
                 np.testing.assert_allclose(other[split].mia[score], out.mia[score], rtol=1e-5)
     scores = [model_scores(out, outputs[0]) for out in outputs]
     assert all(s.keys() == scores[0].keys() for s in scores)
-    assert all(s[k] == pytest.approx(scores[0][k], rel=1e-5) for s in scores for k in s if s[k] is not None)
+    # the reference attack's scores of a model against (the same model at another batch size) are float noise
+    assert all(s[k] == pytest.approx(scores[0][k], rel=1e-5) for s in scores for k in s
+               if s[k] is not None and k[0] != "mia_reference_auc")
+    assert scores[0][("mia_reference_auc", "forget")] == 0.5  # every score exactly 0: all ties
     assert scores[0][("forget_quality", "forget")] == 1.0  # a model against itself
 
 
@@ -135,3 +138,26 @@ def test_the_true_side_of_the_truth_ratio_is_the_answer_on_the_general_sets_what
     np.testing.assert_array_equal(outputs["general_authors"].loss_true, outputs["general_authors"].loss)
     forget = outputs["forget"]
     assert not np.array_equal(forget.loss_true, forget.loss)  # the paraphrase on forget
+
+
+def test_the_reference_attack_scores_each_answer_by_its_loss_minus_the_retrained_models(data, lm):
+    """OpenUnlearning's `mia_reference` with this job's M_r as the reference: s = L̄_model − L̄_ref per example,
+    the AUC of forget (members) against holdout, higher scores for non-members; per example in examples.parquet."""
+    from unlearnbench.tasks.text.evaluate import TextExamples
+
+    tokenizer = lm.tokenizer(data.texts())
+    splits = ForgetEntities(split="forget10").split(data, torch.Generator())
+    fabric = Fabric(accelerator="cpu", devices=1)
+    evaluator = TextEvaluator(fabric, lm.encoder(tokenizer), splits, 4, 2)
+    model, reference = (evaluator.outputs(tiny_llama(len(tokenizer), seed, hidden=16, heads=2).eval())
+                        for seed in (3, 4))
+    members = model["forget"].loss - reference["forget"].loss
+    others = model["holdout"].loss - reference["holdout"].loss
+    pairs = [1.0 if o > m else 0.5 if o == m else 0.0 for m in members for o in others]
+    assert model_scores(model, reference)[("mia_reference_auc", "forget")] == pytest.approx(np.mean(pairs))
+    table = TextExamples(0, "f")
+    positions = {split: (np.arange(len(model[split].loss)), np.zeros(len(model[split].loss), dtype=np.int64))
+                 for split in ("forget", "retain", "holdout")}
+    table.add_model("forget10", "original", None, model, positions, reference)
+    frame = table.frame()
+    np.testing.assert_allclose(frame[frame["split"] == "forget"]["mia_reference"], members)

@@ -280,6 +280,12 @@ def split_scores(name: str, out: SplitOutputs) -> dict:
     return scores
 
 
+def reference_score(out: SplitOutputs, reference: SplitOutputs) -> np.ndarray:
+    """The reference-model attack's score per example (OpenUnlearning's `mia_reference`): the model's mean answer NLL
+    minus the reference model's (this job's M_r), higher for non-members."""
+    return out.loss - reference.loss
+
+
 def mia_aucs(outputs: dict[str, SplitOutputs]) -> dict[str, float]:
     """Each attack's AUC, forget (members) against holdout (non-members)."""
     return {score: metrics.mia_auc(outputs[FORGET].mia[score], outputs["holdout"].mia[score])
@@ -288,14 +294,16 @@ def mia_aucs(outputs: dict[str, SplitOutputs]) -> dict[str, float]:
 
 def model_scores(outputs: dict[str, SplitOutputs], retrained: dict[str, SplitOutputs]) -> dict:
     """A model's records against M_r's outputs: every split's aggregates, forget quality (the KS p-value of the
-    forget truth ratios against M_r's), model utility (the harmonic mean of 9), the MIA AUCs and privleak (against
-    M_r's Min-K% AUC)."""
+    forget truth ratios against M_r's), model utility (the harmonic mean of 9), the MIA AUCs, the reference attack's
+    (against M_r's losses) and privleak (against M_r's Min-K% AUC)."""
     scores = {}
     for name, out in outputs.items():
         scores |= split_scores(name, out)
     aucs, aucs_r = mia_aucs(outputs), mia_aucs(retrained)
     scores |= {(f"mia_{score}_auc", FORGET): auc for score, auc in aucs.items()}
     scores[("privleak", FORGET)] = metrics.privleak(aucs["min_k"], aucs_r["min_k"])
+    scores[("mia_reference_auc", FORGET)] = metrics.mia_auc(reference_score(outputs[FORGET], retrained[FORGET]),
+                                                            reference_score(outputs["holdout"], retrained["holdout"]))
     scores[("forget_quality", FORGET)] = metrics.forget_quality(outputs[FORGET].truth_ratio,
                                                                 retrained[FORGET].truth_ratio)
     utility = [scores.get((metric, split)) for split in UTILITY_SPLITS
@@ -306,7 +314,8 @@ def model_scores(outputs: dict[str, SplitOutputs], retrained: dict[str, SplitOut
 
 EXAMPLE_SPLITS = ("forget", "retain", "holdout")
 TEXT_COLUMNS = ("target", "role", "method", "split", "index", "label", "conf", "loss", "pred", "loss_true",
-                "loss_perturbed", "truth_ratio", "prob", "rouge_l_recall", "mia_zlib", "mia_min_k", "mia_min_k_pp")
+                "loss_perturbed", "truth_ratio", "prob", "rouge_l_recall", "mia_zlib", "mia_min_k", "mia_min_k_pp",
+                "mia_reference")
 
 
 def confidence(loss: np.ndarray) -> np.ndarray:
@@ -326,7 +335,8 @@ class TextExamples(ExampleTable):
     columns: dict[str, list] = field(default_factory=lambda: {name: [] for name in TEXT_COLUMNS})
 
     def add_model(self, target: str, role: str, method: str | None, outputs: dict[str, SplitOutputs],
-                  positions: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+                  positions: dict[str, tuple[np.ndarray, np.ndarray]], reference: dict[str, SplitOutputs]) -> None:
+        """The model's rows; `reference` (M_r's outputs) gives the reference attack's score."""
         for split in EXAMPLE_SPLITS:
             out, (index, label) = outputs[split], positions[split]
             n, missing = len(out.loss), np.full(len(out.loss), np.nan)
@@ -336,7 +346,8 @@ class TextExamples(ExampleTable):
                       else out.loss_true, "loss_perturbed": missing if out.loss_perturbed is None
                       else out.loss_perturbed.mean(1), "truth_ratio": missing if tr is None else tr,
                       "prob": metrics.probability(out.loss), "rouge_l_recall": out.rouge,
-                      "mia_zlib": out.mia["zlib"], "mia_min_k": out.mia["min_k"], "mia_min_k_pp": out.mia["min_k_pp"]}
+                      "mia_zlib": out.mia["zlib"], "mia_min_k": out.mia["min_k"], "mia_min_k_pp": out.mia["min_k_pp"],
+                      "mia_reference": reference_score(out, reference[split])}
             for name, value in {"target": target, "role": role, "method": method, "split": split}.items():
                 self.columns[name] += [value] * n
             for name, value in values.items():

@@ -292,4 +292,4 @@ class TextEvaluation(Evaluation):
     def keep_examples(self, role: str, method: str | None, outputs: dict) -> None:
         """A model's rows of examples.parquet, unless `evaluation.examples` is off."""
         if self.outcome.examples is not None:
-            self.outcome.examples.add_model(self.target, role, method, outputs, self.positions)
+            self.outcome.examples.add_model(self.target, role, method, outputs, self.positions, self.out_r)

@@ -144,7 +144,8 @@ class MuseExamples(TextExamples):
 
     columns: dict[str, list] = field(default_factory=lambda: {name: [] for name in MUSE_COLUMNS})
 
-    def add_model(self, target: str, role: str, method: str | None, outputs: MuseOutputs, positions: dict) -> None:
+    def add_model(self, target: str, role: str, method: str | None, outputs: MuseOutputs, positions: dict,
+                  reference: MuseOutputs) -> None:
         for split, loss in outputs.loss.items():
             n = len(loss)
             for name, value in {"target": target, "role": role, "method": method, "split": split}.items():
