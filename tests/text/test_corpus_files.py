@@ -222,3 +222,14 @@ def test_sampled_generations_are_refused_where_nothing_is_generated(tmp_path, ov
         plan_job(config, tmp_path)
     assert plan_job(with_paths(["experiment=muse", "+method=npo", "evaluation.sampling.k=2"], tmp_path),
                     tmp_path).config["evaluation"]["sampling"]["k"] == 2
+
+
+
+@pytest.mark.parametrize(("overrides", "dataset"), [(["experiment=muse", "+method=npo"], "muse_fictitious"),
+                                                    (["+method=finetune"], "digits")])
+def test_the_gradnorm_attack_is_refused_where_no_bench_runs_it(tmp_path, overrides, dataset):
+    config = with_paths([*overrides, "evaluation.gradnorm=true"], tmp_path)
+    with pytest.raises(UserError, match=rf"^the 'evaluation\.gradnorm' option of dataset {dataset} must be false: its "
+                                        r"benchmark runs no GradNorm attack \(the text task's, on TOFU-format data\); "
+                                        r"got true instead$"):
+        plan_job(config, tmp_path)

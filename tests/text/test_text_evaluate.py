@@ -161,3 +161,41 @@ def test_the_reference_attack_scores_each_answer_by_its_loss_minus_the_retrained
     table.add_model("forget10", "original", None, model, positions, reference)
     frame = table.frame()
     np.testing.assert_allclose(frame[frame["split"] == "forget"]["mia_reference"], members)
+
+
+def test_the_gradnorm_attack_is_the_mean_of_each_parameter_tensors_gradient_norm_per_example(data, lm):
+    """OpenUnlearning's `mia_gradnorm` (p = 2, batch 1), written out: per example, the mean answer NLL without the
+    last label, one backward pass, the mean over parameter tensors of ‖grad‖₂; frozen parameters count too, and
+    their flags come back."""
+    from unlearnbench.tasks.text.evaluate import gradient_norms
+
+    tokenizer = lm.tokenizer(data.texts())
+    splits = ForgetEntities(split="forget10").split(data, torch.Generator())
+    model = tiny_llama(len(tokenizer), 3, hidden=16, heads=2).eval()
+    evaluator = TextEvaluator(Fabric(accelerator="cpu", devices=1), lm.encoder(tokenizer), splits, 4, 2,
+                              gradnorm=True)
+    items = evaluator.items["forget"].answers
+    expected = []
+    for row in range(3):
+        one = {k: v[row:row + 1] for k, v in items.batch.items()}
+        width = int(one["attention_mask"].sum())
+        ids, labels = one["input_ids"][:, :width], one["labels"][:, :width]
+        model.zero_grad()
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+        targets = labels[0, 1:]
+        positions = (targets != IGNORE).nonzero()[:-1, 0]  # the last label left out
+        (-logp[positions, targets[positions]].mean()).backward()
+        expected.append(torch.stack([p.grad.double().norm() for p in model.parameters()]).mean().item())
+    model.zero_grad()
+    model.model.embed_tokens.weight.requires_grad_(False)  # a frozen tensor still takes part
+    scores = gradient_norms(model, items)
+    np.testing.assert_allclose(scores[:3], expected, rtol=1e-6)
+    assert not model.model.embed_tokens.weight.requires_grad and model.model.norm.weight.requires_grad
+    assert all(p.grad is None for p in model.parameters())
+    outputs = evaluator.outputs(model)
+    auc = model_scores(outputs, outputs)[("mia_gradnorm_auc", "forget")]
+    pairs = [1.0 if o > m else 0.5 if o == m else 0.0 for m in outputs["forget"].mia["gradnorm"]
+             for o in outputs["holdout"].mia["gradnorm"]]
+    assert auc == pytest.approx(np.mean(pairs))
+    off = TextEvaluator(Fabric(accelerator="cpu", devices=1), lm.encoder(tokenizer), splits, 4, 2).outputs(model)
+    assert ("mia_gradnorm_auc", "forget") not in model_scores(off, off)

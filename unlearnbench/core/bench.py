@@ -51,6 +51,7 @@ class Bench(ABC):
     targets: Sequence[str]  # the scenario's targets (classes, fractions, forget sets of entities): a unit each
     methods: Sequence[Method]  # the job's methods, in the plan's order
     samples_generations: bool = False  # whether `evaluation.sampling` (Leak@k's sampled generations) applies
+    attacks_gradients: bool = False  # whether `evaluation.gradnorm` (the GradNorm attack) applies
 
     @abstractmethod
     def original(self) -> Any:

@@ -77,7 +77,7 @@ def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
                             f"a {task} dataset")
     config = OmegaConf.to_container(cfg, resolve=True)
     refuse_foreign_metrics(config["evaluation"]["metrics"], task, cfg.dataset.name)
-    refuse_sampling(config, cfg.dataset.name)
+    refuse_unhonoured(config, cfg.dataset.name)
     scenario = build(config["scenario"], "scenario")
     methods = [config["method"]] if config["method"] is not None else chosen(registered_methods(cfg, task),
                                                                              config["methods"], task)
@@ -87,13 +87,24 @@ def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
     return JobPlan(config, [m for m in methods if m["name"] not in unserved], str(folder), log=progress.job_log())
 
 
-def refuse_sampling(config: dict, dataset: str) -> None:
-    """Refuse sampled generations (`evaluation.sampling.k`, Leak@k) where the job's bench generates nothing to
-    sample: its bench declares `samples_generations`."""
-    k = config["evaluation"]["sampling"]["k"]
-    if k and not getattr(locate(config["task"]["bench"]), "samples_generations", False):
-        raise invalid("evaluation.sampling.k", f"dataset {dataset}", "0: its benchmark generates no text to sample "
-                      "(Leak@k is scored on TOFU-format and MUSE data)", k)
+BENCH_OPTIONS = {  # an evaluation option that only some benches honour: the attribute by which a bench says it does
+    "sampling.k": ("samples_generations", "its benchmark generates no text to sample (Leak@k is scored on "
+                                          "TOFU-format and MUSE data)"),
+    "gradnorm": ("attacks_gradients", "its benchmark runs no GradNorm attack (the text task's, on TOFU-format "
+                                      "data)"),
+}
+
+
+def refuse_unhonoured(config: dict, dataset: str) -> None:
+    """Refuse, before any work, an evaluation option set where the job's bench does nothing with it (`BENCH_OPTIONS`;
+    a bench declares what it honours)."""
+    for option, (honoured, why) in BENCH_OPTIONS.items():
+        value = config["evaluation"]
+        for key in option.split("."):
+            value = value[key]
+        if value and not getattr(locate(config["task"]["bench"]), honoured, False):
+            off, shown = ("false", "true") if isinstance(value, bool) else ("0", value)
+            raise invalid(f"evaluation.{option}", f"dataset {dataset}", f"{off}: {why}", shown)
 
 
 def refuse_foreign_metrics(metrics: dict, task: str, dataset: str) -> None:

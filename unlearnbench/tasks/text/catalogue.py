@@ -22,6 +22,7 @@ CATALOGUE = Catalogue(
      Metric("mia_min_k_auc", "MinK AUC", RETRAINED, headline=(FORGET,)),
      Metric("mia_min_k_pp_auc", "mia_min_k_pp_auc", RETRAINED),
      Metric("mia_reference_auc", "mia_reference_auc", RETRAINED),
+     Metric("mia_gradnorm_auc", "mia_gradnorm_auc", RETRAINED),
      Metric("privleak", "privleak", 0.0, headline=(FORGET,), leaderboard=(FORGET,), figure=(FORGET,))),
     {FORGET: "D_f", "retain": "D_r", "holdout": "holdout", "general_authors": "ra", "general_facts": "wf"},
     frozenset({"text_retrain"}),

@@ -29,6 +29,7 @@ from unlearnbench.tasks.text.train import Items
 
 class CorpusBench(TextBench):
     scenario_type = ForgetCorpus
+    attacks_gradients = False
 
     def __init__(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
         self.prepare(fabric, plan, outcome)

@@ -28,12 +28,13 @@ from unlearnbench.runtime.seeding import streams
 from unlearnbench.tasks.image.metrics.examples import ExampleTable
 from unlearnbench.tasks.text import metrics
 from unlearnbench.tasks.text.data import collate
+from unlearnbench.tasks.text.losses import shifted
 from unlearnbench.tasks.text.model import Encoder, answer_scores
 from unlearnbench.tasks.text.scenario import TextSplits
-from unlearnbench.tasks.text.train import Items
+from unlearnbench.tasks.text.train import Items, forward
 
 MIA_K = 0.4  # Min-K% and Min-K%++'s k (OpenUnlearning's mia_min_k.yaml)
-MIA_SCORES = ("loss", "zlib", "min_k", "min_k_pp")
+MIA_SCORES = ("loss", "zlib", "min_k", "min_k_pp", "gradnorm")  # gradnorm where `evaluation.gradnorm` is on
 FORGET = "forget"
 UTILITY_SPLITS = ("retain", "general_authors", "general_facts")  # model utility's 9 values: 3 metrics × these
 GENERAL = "general_"  # the prefix of the general sets' split names (TOFU's real authors and world facts)
@@ -77,9 +78,9 @@ class SplitOutputs:
 
 class TextEvaluator:
     def __init__(self, fabric: Fabric, encoder: Encoder, splits: TextSplits, batch_size: int,
-                 max_new_tokens: int, sampling: Sampling | None = None) -> None:
+                 max_new_tokens: int, sampling: Sampling | None = None, gradnorm: bool = False) -> None:
         self.fabric, self.encoder, self.batch_size, self.max_new_tokens = fabric, encoder, batch_size, max_new_tokens
-        self.sampling = sampling
+        self.sampling, self.gradnorm = sampling, gradnorm
         self.items = {name: self.encode(records, not name.startswith(GENERAL))
                       for name, records in splits.evaluated().items()}
 
@@ -116,6 +117,9 @@ class TextEvaluator:
             samples = sampled(self.fabric, model, self.encoder.tokenizer, forget.prompts, self.batch_size,
                               self.max_new_tokens, self.sampling)
             outputs[FORGET].leak = metrics.leak_at_k(samples, forget.references)
+        if self.gradnorm:
+            for name in (FORGET, "holdout"):
+                outputs[name].mia["gradnorm"] = gradient_norms(model, self.items[name].answers)
         return outputs
 
     def split_outputs(self, model: nn.Module, items: SplitItems) -> SplitOutputs:
@@ -280,6 +284,37 @@ def split_scores(name: str, out: SplitOutputs) -> dict:
     return scores
 
 
+def gradient_norms(model: nn.Module, items: Items) -> np.ndarray:
+    """The GradNorm attack's score per example (OpenUnlearning's `mia_gradnorm`, p = 2, batch 1): the example's
+    mean answer NLL (its last label left out, as the reference's token log-probabilities), one backward pass, then
+    the mean over the parameter tensors of their gradient's L2 norm (not the global norm, as the reference and mimir
+    compute it); higher for non-members. Every parameter takes a gradient for it, frozen or not (a method that
+    trains some of them leaves the attack the same tensors), and the flags are restored after. Ranks replicate the
+    model (the strategies that shard it are refused) and each computes alike, on the unwrapped module."""
+    bare = getattr(model, "_original_module", model)
+    parameters = list(bare.parameters())
+    flags = [parameter.requires_grad for parameter in parameters]
+    scores = []
+    try:
+        for parameter in parameters:
+            parameter.requires_grad_(True)
+        with torch.enable_grad():
+            for row in interrupt.checked(range(len(items))):
+                batch = items.rows(torch.tensor([row]))
+                bare.zero_grad(set_to_none=True)
+                logits, labels, labelled = shifted(forward(bare, batch), batch["labels"])
+                labelled[0, labelled[0].nonzero()[-1]] = False  # the last label left out
+                logp = torch.log_softmax(logits, -1).gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+                (-(logp * labelled).sum() / labelled.sum().clamp(min=1)).backward()
+                norms = [parameter.grad.double().norm() for parameter in parameters if parameter.grad is not None]
+                scores.append(float(torch.stack(norms).mean()))
+    finally:
+        bare.zero_grad(set_to_none=True)
+        for parameter, flag in zip(parameters, flags, strict=True):
+            parameter.requires_grad_(flag)
+    return np.array(scores, dtype=np.float64)
+
+
 def reference_score(out: SplitOutputs, reference: SplitOutputs) -> np.ndarray:
     """The reference-model attack's score per example (OpenUnlearning's `mia_reference`): the model's mean answer NLL
     minus the reference model's (this job's M_r), higher for non-members."""
@@ -289,7 +324,7 @@ def reference_score(out: SplitOutputs, reference: SplitOutputs) -> np.ndarray:
 def mia_aucs(outputs: dict[str, SplitOutputs]) -> dict[str, float]:
     """Each attack's AUC, forget (members) against holdout (non-members)."""
     return {score: metrics.mia_auc(outputs[FORGET].mia[score], outputs["holdout"].mia[score])
-            for score in MIA_SCORES}
+            for score in MIA_SCORES if score in outputs[FORGET].mia}
 
 
 def model_scores(outputs: dict[str, SplitOutputs], retrained: dict[str, SplitOutputs]) -> dict:
@@ -315,7 +350,7 @@ def model_scores(outputs: dict[str, SplitOutputs], retrained: dict[str, SplitOut
 EXAMPLE_SPLITS = ("forget", "retain", "holdout")
 TEXT_COLUMNS = ("target", "role", "method", "split", "index", "label", "conf", "loss", "pred", "loss_true",
                 "loss_perturbed", "truth_ratio", "prob", "rouge_l_recall", "mia_zlib", "mia_min_k", "mia_min_k_pp",
-                "mia_reference")
+                "mia_reference", "mia_gradnorm")
 
 
 def confidence(loss: np.ndarray) -> np.ndarray:
@@ -347,7 +382,8 @@ class TextExamples(ExampleTable):
                       else out.loss_perturbed.mean(1), "truth_ratio": missing if tr is None else tr,
                       "prob": metrics.probability(out.loss), "rouge_l_recall": out.rouge,
                       "mia_zlib": out.mia["zlib"], "mia_min_k": out.mia["min_k"], "mia_min_k_pp": out.mia["min_k_pp"],
-                      "mia_reference": reference_score(out, reference[split])}
+                      "mia_reference": reference_score(out, reference[split]),
+                      "mia_gradnorm": out.mia.get("gradnorm", missing)}
             for name, value in {"target": target, "role": role, "method": method, "split": split}.items():
                 self.columns[name] += [value] * n
             for name, value in values.items():

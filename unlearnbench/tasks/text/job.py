@@ -79,6 +79,7 @@ class TextBench(Bench):
     scenario_type: type = ForgetEntities  # the scenario and preset this bench's data runs in
     preset = "experiment=tofu"
     samples_generations = True
+    attacks_gradients = True
 
     def __init__(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
         self.prepare(fabric, plan, outcome)
@@ -116,6 +117,10 @@ class TextBench(Bench):
         self.identity = {"artefact": "text_model", "version": __version__, "dataset": self.data.name,
                          "data": outcome.dataset["fingerprint"], "model": self.model.identity(self.tokenizer),
                          "recipe": config["train"], "numerics": outcome.numerics}
+        if config["evaluation"]["gradnorm"] and shards_weights(fabric):
+            raise UserError(f"evaluation.gradnorm takes each model's gradient whole, which strategy="
+                            f"{config['strategy']['name']} splits across ranks; for the GradNorm attack use strategy "
+                            f"single, ddp, ddp_spawn or deepspeed_stage_1/2")
         if config["evaluation"]["relearn"]["enabled"] and shards_weights(fabric):
             raise UserError(f"evaluation.relearn copies each model whole, which strategy={config['strategy']['name']} "
                             f"splits across ranks; for relearn time use strategy single, ddp, ddp_spawn or "
@@ -223,7 +228,8 @@ class TextBench(Bench):
     def evaluation(self, target: str, splits: TextSplits, original: TunedModel,
                    retrained: TunedModel) -> TextEvaluation:
         evaluator = TextEvaluator(self.fabric, self.encoder, splits, self.config["evaluation"]["batch_size"]
-                                  or EVAL_BATCH, self.model.max_new_tokens, self.sampling())
+                                  or EVAL_BATCH, self.model.max_new_tokens, self.sampling(),
+                                  self.config["evaluation"]["gradnorm"])
         return TextEvaluation(self.outcome, evaluator, target, self.positions(splits), original, retrained)
 
     def sampling(self) -> Sampling | None:

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from unlearnbench.core.config import AT_LEAST_0, POSITIVE, Range
+from unlearnbench.runtime import interrupt
 from unlearnbench.tasks.text import losses
 from unlearnbench.tasks.text.data import IGNORE
 from unlearnbench.tasks.text.methods.base import UNITS, ForgetRetainMethod, TextTask
@@ -63,7 +64,7 @@ class PDU(ForgetRetainMethod):
     def starting_retain_loss(self, model: nn.Module, task: TextTask) -> float:
         """M_o's token-mean NLL over the whole retain set (every rank computes it alike)."""
         total = count = 0.0
-        for start in range(0, len(task.retain), self.batch_size):
+        for start in interrupt.checked(range(0, len(task.retain), self.batch_size)):
             batch = task.retain.rows(torch.arange(start, min(start + self.batch_size, len(task.retain))))
             summed, tokens = losses.sequence_nll(forward(model, batch), batch["labels"])
             total, count = total + float(summed.sum()), count + float(tokens.sum())
