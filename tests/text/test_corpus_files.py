@@ -212,24 +212,18 @@ def test_the_seed_study_presets_sweep_nested_seeds_on_the_corpus_benchmarks(pres
     assert (config.seeds.unlearn, config.seeds.eval) == (7, 7)  # s_u = i·J + j
 
 
-@pytest.mark.parametrize(("overrides", "dataset"), [(["experiment=wmdp", "+method=npo"], "wmdp_fictitious"),
-                                                    (["+method=finetune"], "digits")])
-def test_sampled_generations_are_refused_where_nothing_is_generated(tmp_path, overrides, dataset):
-    config = with_paths([*overrides, "evaluation.sampling.k=2"], tmp_path)
-    with pytest.raises(UserError, match=rf"^the 'evaluation\.sampling\.k' option of dataset {dataset} must be 0: its "
-                                        r"benchmark generates no text to sample \(Leak@k is scored on TOFU-format and "
-                                        r"MUSE data\); got 2 instead$"):
-        plan_job(config, tmp_path)
+SAMPLING = ("evaluation.sampling.k=2", r"evaluation\.sampling\.k' option of dataset {} must be 0: its benchmark "
+            r"generates no text to sample \(Leak@k is scored on TOFU-format and MUSE data\); got 2 instead$")
+GRADNORM = ("evaluation.gradnorm=true", r"evaluation\.gradnorm' option of dataset {} must be false: its benchmark "
+            r"runs no GradNorm attack \(the text task's, on TOFU-format data\); got true instead$")
+
+
+@pytest.mark.parametrize(("overrides", "dataset", "option"), [
+    (["experiment=wmdp", "+method=npo"], "wmdp_fictitious", SAMPLING), (["+method=finetune"], "digits", SAMPLING),
+    (["experiment=muse", "+method=npo"], "muse_fictitious", GRADNORM), (["+method=finetune"], "digits", GRADNORM)])
+def test_an_evaluation_option_is_refused_where_no_bench_honours_it(tmp_path, overrides, dataset, option):
+    setting, message = option
+    with pytest.raises(UserError, match="^the '" + message.format(dataset)):
+        plan_job(with_paths([*overrides, setting], tmp_path), tmp_path)
     assert plan_job(with_paths(["experiment=muse", "+method=npo", "evaluation.sampling.k=2"], tmp_path),
                     tmp_path).config["evaluation"]["sampling"]["k"] == 2
-
-
-
-@pytest.mark.parametrize(("overrides", "dataset"), [(["experiment=muse", "+method=npo"], "muse_fictitious"),
-                                                    (["+method=finetune"], "digits")])
-def test_the_gradnorm_attack_is_refused_where_no_bench_runs_it(tmp_path, overrides, dataset):
-    config = with_paths([*overrides, "evaluation.gradnorm=true"], tmp_path)
-    with pytest.raises(UserError, match=rf"^the 'evaluation\.gradnorm' option of dataset {dataset} must be false: its "
-                                        r"benchmark runs no GradNorm attack \(the text task's, on TOFU-format data\); "
-                                        r"got true instead$"):
-        plan_job(config, tmp_path)
