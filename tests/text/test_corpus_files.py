@@ -214,13 +214,16 @@ def test_the_seed_study_presets_sweep_nested_seeds_on_the_corpus_benchmarks(pres
 
 SAMPLING = ("evaluation.sampling.k=2", r"evaluation\.sampling\.k' option of dataset {} must be 0: its benchmark "
             r"generates no text to sample \(Leak@k is scored on TOFU-format and MUSE data\); got 2 instead$")
+REFERENCE = ("evaluation.reference_numerics=true", r"evaluation\.reference_numerics' option of dataset {} must be "
+             r"false: its task's metrics have no OpenUnlearning counterpart \(the text task's do\); got true instead$")
 GRADNORM = ("evaluation.gradnorm=true", r"evaluation\.gradnorm' option of dataset {} must be false: its benchmark "
             r"runs no GradNorm attack \(the text task's, on TOFU-format data\); got true instead$")
 
 
 @pytest.mark.parametrize(("overrides", "dataset", "option"), [
     (["experiment=wmdp", "+method=npo"], "wmdp_fictitious", SAMPLING), (["+method=finetune"], "digits", SAMPLING),
-    (["experiment=muse", "+method=npo"], "muse_fictitious", GRADNORM), (["+method=finetune"], "digits", GRADNORM)])
+    (["experiment=muse", "+method=npo"], "muse_fictitious", GRADNORM), (["+method=finetune"], "digits", GRADNORM),
+    (["+method=finetune"], "digits", REFERENCE)])
 def test_an_evaluation_option_is_refused_where_no_bench_honours_it(tmp_path, overrides, dataset, option):
     setting, message = option
     with pytest.raises(UserError, match="^the '" + message.format(dataset)):

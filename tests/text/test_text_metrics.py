@@ -159,3 +159,24 @@ def test_wrong_shapes_are_one_clear_error():
         metrics.truth_ratio([1.0, 2.0], np.ones((3, 5)))
     with pytest.raises(ValueError, match="finite values ≥ 0"):
         metrics.model_utility([0.5, -0.1])
+
+
+def test_reference_numerics_are_openunlearnings_formulas_with_their_guards():
+    """OpenUnlearning's memorization.py and privacy.py, written out: TR = exp(−mean L_pert)/(exp(−L_true) + 1e-10),
+    closer_to_1_better = mean(min(TR, 1/(TR + 1e-10))), prob = true/(true + Σ pert + 1e-10), ES = 1/n where no
+    suffix matches (its loop stops at k = n − 1). On an over-unlearned answer (losses near 30) they part from the
+    log-space values."""
+    true, perturbed = np.array([30.0, 0.5, 2.0]), np.array([[29.0, 31.0], [0.7, 0.4], [2.5, 2.1]])
+    reference = np.exp(-perturbed.mean(1)) / (np.exp(-true) + 1e-10)
+    np.testing.assert_allclose(metrics.truth_ratio(true, perturbed, reference_numerics=True), reference, rtol=1e-12)
+    assert metrics.truth_ratio(true, perturbed)[0] == pytest.approx(1.0)  # log space: exp(30 − 30)
+    assert reference[0] == pytest.approx(np.exp(-30) / (np.exp(-30) + 1e-10))  # 0.00093: the guard dominates
+    assert metrics.closer_to_1_better(reference, reference_numerics=True) == pytest.approx(
+        np.mean(np.minimum(reference, 1 / (reference + 1e-10))), rel=1e-12)
+    probability = np.exp(-true) / (np.exp(-true) + np.exp(-perturbed).sum(1) + 1e-10)
+    assert metrics.normalised_probability(true, perturbed, reference_numerics=True) == pytest.approx(
+        probability.mean(), rel=1e-12)
+    assert metrics.extraction_strength([1, 2, 3, 4], [5, 6, 7, 8], reference_numerics=True) == 0.25
+    assert metrics.extraction_strength([1, 2, 3, 4], [5, 6, 7, 8]) == 0.0
+    assert metrics.extraction_strength([1, 2, 7, 4], [1, 2, 3, 4], reference_numerics=True) == 0.25  # 1 − 3/4
+    assert metrics.extraction_strength([9, 2, 3, 4], [1, 2, 3, 4], reference_numerics=True) == 0.75

@@ -52,6 +52,7 @@ class Bench(ABC):
     methods: Sequence[Method]  # the job's methods, in the plan's order
     samples_generations: bool = False  # whether `evaluation.sampling` (Leak@k's sampled generations) applies
     attacks_gradients: bool = False  # whether `evaluation.gradnorm` (the GradNorm attack) applies
+    reproduces_openunlearning: bool = False  # whether `evaluation.reference_numerics` applies
 
     @abstractmethod
     def original(self) -> Any:

@@ -153,6 +153,7 @@ class Evaluation:
     relearn: Relearn = field(default_factory=Relearn)  # relearn time, opt-in (`evaluation.relearn.enabled=true`)
     sampling: Sampling = field(default_factory=Sampling)  # leak@k on the text task, opt-in (`evaluation.sampling.k`)
     gradnorm: bool = False  # the text task's GradNorm attack (a backward pass per forget and holdout example), opt-in
+    reference_numerics: bool = False  # the text task's metrics with OpenUnlearning's exact numerics (its 1e-10 terms)
     # Metrics added to the task's own (`+metric=NAME`, conf/metric/): slot → a component of the job's task
     # (docs/extending.md, "A metric"); each declares its name, label and ideal beside its function.
     metrics: dict[str, Any] = field(default_factory=dict)

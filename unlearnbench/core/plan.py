@@ -92,6 +92,8 @@ BENCH_OPTIONS = {  # an evaluation option that only some benches honour: the att
                                           "TOFU-format and MUSE data)"),
     "gradnorm": ("attacks_gradients", "its benchmark runs no GradNorm attack (the text task's, on TOFU-format "
                                       "data)"),
+    "reference_numerics": ("reproduces_openunlearning", "its task's metrics have no OpenUnlearning counterpart "
+                                                        "(the text task's do)"),
 }
 
 

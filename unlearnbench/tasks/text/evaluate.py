@@ -66,10 +66,12 @@ class SplitOutputs:
     extraction: np.ndarray  # extraction strength
     mia: dict[str, np.ndarray] = field(default_factory=dict)  # higher = less likely a member
     leak: np.ndarray | None = None  # Leak@k per prompt, where `evaluation.sampling` draws samples
+    reference_numerics: bool = False  # OpenUnlearning's exact numerics (`metrics` module docstring)
 
     @property
     def truth_ratio(self) -> np.ndarray | None:
-        return None if self.loss_perturbed is None else metrics.truth_ratio(self.loss_true, self.loss_perturbed)
+        return None if self.loss_perturbed is None else metrics.truth_ratio(self.loss_true, self.loss_perturbed,
+                                                                             self.reference_numerics)
 
     def finite(self) -> bool:
         arrays = [self.loss, self.rouge] + [a for a in (self.loss_true, self.loss_perturbed) if a is not None]
@@ -78,9 +80,10 @@ class SplitOutputs:
 
 class TextEvaluator:
     def __init__(self, fabric: Fabric, encoder: Encoder, splits: TextSplits, batch_size: int,
-                 max_new_tokens: int, sampling: Sampling | None = None, gradnorm: bool = False) -> None:
+                 max_new_tokens: int, sampling: Sampling | None = None, gradnorm: bool = False,
+                 reference_numerics: bool = False) -> None:
         self.fabric, self.encoder, self.batch_size, self.max_new_tokens = fabric, encoder, batch_size, max_new_tokens
-        self.sampling, self.gradnorm = sampling, gradnorm
+        self.sampling, self.gradnorm, self.reference_numerics = sampling, gradnorm, reference_numerics
         self.items = {name: self.encode(records, not name.startswith(GENERAL))
                       for name, records in splits.evaluated().items()}
 
@@ -142,8 +145,9 @@ class TextEvaluator:
             loss=losses, loss_true=true, loss_perturbed=perturbed,
             rouge=metrics.rouge_l_recall(self.generate(model, items.prompts), items.references),
             exact=np.array([metrics.exact_memorization(p, t) for p, t in zip(preds, labels, strict=True)]),
-            extraction=np.array([metrics.extraction_strength(p, t) for p, t in zip(preds, labels, strict=True)]),
-            mia=mia)
+            extraction=np.array([metrics.extraction_strength(p, t, self.reference_numerics)
+                                 for p, t in zip(preds, labels, strict=True)]),
+            mia=mia, reference_numerics=self.reference_numerics)
 
     def scores(self, model: nn.Module, items: Items) -> list:
         return batch_scores(self.fabric, model, items, self.batch_size)
@@ -272,12 +276,12 @@ def split_scores(name: str, out: SplitOutputs) -> dict:
     if out.leak is not None:
         scores[("leak_at_k", name)] = float(out.leak.mean())
     if general and out.loss_perturbed is not None:
-        scores[("prob", name)] = metrics.normalised_probability(out.loss, out.loss_perturbed)
+        scores[("prob", name)] = metrics.normalised_probability(out.loss, out.loss_perturbed, out.reference_numerics)
     else:
         scores[("prob", name)] = float(metrics.probability(out.loss).mean())
     if out.truth_ratio is not None:
-        aggregate = metrics.closer_to_1_better if name == FORGET else metrics.true_better
-        scores[("truth_ratio", name)] = aggregate(out.truth_ratio)
+        scores[("truth_ratio", name)] = (metrics.closer_to_1_better(out.truth_ratio, out.reference_numerics)
+                                         if name == FORGET else metrics.true_better(out.truth_ratio))
     if name == FORGET:
         scores[("exact_memorization", name)] = float(out.exact.mean())
         scores[("extraction_strength", name)] = float(out.extraction.mean())

@@ -80,6 +80,7 @@ class TextBench(Bench):
     preset = "experiment=tofu"
     samples_generations = True
     attacks_gradients = True
+    reproduces_openunlearning = True
 
     def __init__(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
         self.prepare(fabric, plan, outcome)
@@ -227,9 +228,10 @@ class TextBench(Bench):
 
     def evaluation(self, target: str, splits: TextSplits, original: TunedModel,
                    retrained: TunedModel) -> TextEvaluation:
-        evaluator = TextEvaluator(self.fabric, self.encoder, splits, self.config["evaluation"]["batch_size"]
-                                  or EVAL_BATCH, self.model.max_new_tokens, self.sampling(),
-                                  self.config["evaluation"]["gradnorm"])
+        options = self.config["evaluation"]
+        evaluator = TextEvaluator(self.fabric, self.encoder, splits, options["batch_size"] or EVAL_BATCH,
+                                  self.model.max_new_tokens, self.sampling(), options["gradnorm"],
+                                  options["reference_numerics"])
         return TextEvaluation(self.outcome, evaluator, target, self.positions(splits), original, retrained)
 
     def sampling(self) -> Sampling | None:

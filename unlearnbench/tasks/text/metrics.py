@@ -14,6 +14,11 @@ formulas are those of TOFU (Maini et al. 2024, locuslab/tofu `aggregate_eval_sta
   computed in log space, which differs from theirs only when P̃_true < 1e-8, where theirs is an artefact.
 - **Forget quality** is the two-sided KS p-value of `scipy.stats.ks_2samp` (default method), as both codes compute it.
 - **Model utility** is the harmonic mean, 0 as soon as one value is 0 (`scipy.stats.hmean`'s value).
+
+`reference_numerics=True` (`evaluation.reference_numerics`) gives OpenUnlearning's values exactly where these
+decisions differ from its code: the truth ratio exp(−mean L̄_pert) / (exp(−L̄_true) + 1e-10), the forget aggregate
+mean(min(TR, 1/(TR + 1e-10))), the normalised probability P̃(true) / (P̃(true) + Σ P̃(pert) + 1e-10), and extraction
+strength 1/n where no suffix matches; forget quality and model utility follow from them.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats
+
+REFERENCE_EPSILON = 1e-10  # OpenUnlearning's guard in its truth ratio and normalised probability
 
 
 def _per_example(values: ArrayLike, name: str, ndim: int = 1) -> np.ndarray:
@@ -40,7 +47,7 @@ def probability(loss: ArrayLike) -> np.ndarray:
     return np.exp(-_per_example(loss, "loss"))
 
 
-def truth_ratio(loss_true: ArrayLike, loss_perturbed: ArrayLike) -> np.ndarray:
+def truth_ratio(loss_true: ArrayLike, loss_perturbed: ArrayLike, reference_numerics: bool = False) -> np.ndarray:
     """Per example, TR = P̃(false)/P̃(true) = exp(L̄_true − mean_j L̄_perturbed,j).
 
     `loss_true` (n,) holds each example's mean NLL of the true answer (the paraphrase for forget and retain, the
@@ -50,13 +57,15 @@ def truth_ratio(loss_true: ArrayLike, loss_perturbed: ArrayLike) -> np.ndarray:
     if perturbed.shape[0] != true.shape[0]:
         raise ValueError(f"loss_perturbed has {perturbed.shape[0]} rows but loss_true has {true.shape[0]}: one row "
                          "per example in both")
+    if reference_numerics:
+        return np.exp(-perturbed.mean(axis=1)) / (np.exp(-true) + REFERENCE_EPSILON)
     return np.exp(true - perturbed.mean(axis=1))
 
 
-def closer_to_1_better(tr: ArrayLike) -> float:
+def closer_to_1_better(tr: ArrayLike, reference_numerics: bool = False) -> float:
     """The forget-set aggregate of the truth ratio: mean(min(TR, 1/TR)), 1 when true and false answers are alike."""
     tr = _per_example(tr, "tr")
-    return float(np.mean(np.minimum(tr, 1 / tr)))
+    return float(np.mean(np.minimum(tr, 1 / (tr + REFERENCE_EPSILON if reference_numerics else tr))))
 
 
 def true_better(tr: ArrayLike) -> float:
@@ -64,11 +73,11 @@ def true_better(tr: ArrayLike) -> float:
     return float(np.mean(np.maximum(0.0, 1 - _per_example(tr, "tr"))))
 
 
-def normalised_probability(loss_true: ArrayLike, loss_perturbed: ArrayLike) -> float:
+def normalised_probability(loss_true: ArrayLike, loss_perturbed: ArrayLike, reference_numerics: bool = False) -> float:
     """Real authors and world facts: mean over examples of P̃(true) / (P̃(true) + Σ_j P̃(perturbed_j))."""
     true = probability(loss_true)
     perturbed = np.exp(-_per_example(loss_perturbed, "loss_perturbed", ndim=2)).sum(axis=1)
-    return float(np.mean(true / (true + perturbed)))
+    return float(np.mean(true / (true + perturbed + (REFERENCE_EPSILON if reference_numerics else 0.0))))
 
 
 def forget_quality(tr_unlearned: ArrayLike, tr_retained: ArrayLike) -> float:
@@ -171,7 +180,7 @@ def exact_memorization(predictions: ArrayLike, labels: ArrayLike) -> float:
     return float(np.mean(predictions == labels)) if labels.size else 0.0
 
 
-def extraction_strength(predictions: ArrayLike, labels: ArrayLike) -> float:
+def extraction_strength(predictions: ArrayLike, labels: ArrayLike, reference_numerics: bool = False) -> float:
     """Extraction strength (Carlini et al. 2021, as OpenUnlearning): 1 − k/n, with k the smallest position from
     which every prediction matches its label; 0 when not even the last one matches (OpenUnlearning scores that case
     1/n, an off-by-one kept out here), and 0 for an empty answer."""
@@ -180,4 +189,6 @@ def extraction_strength(predictions: ArrayLike, labels: ArrayLike) -> float:
         return 0.0
     mismatches = np.flatnonzero(predictions != labels)
     first_of_matching_suffix = int(mismatches[-1]) + 1 if mismatches.size else 0
+    if reference_numerics:  # the reference's loop stops at the last position, matching or not
+        first_of_matching_suffix = min(first_of_matching_suffix, labels.size - 1)
     return 1 - first_of_matching_suffix / labels.size

@@ -63,8 +63,9 @@ class MuseOutputs:
 
 class MuseEvaluator:
     def __init__(self, fabric: Fabric, tokenizer, data: CorpusData, max_length: int, batch_size: int,
-                 sampling: Sampling | None = None) -> None:
+                 sampling: Sampling | None = None, reference_numerics: bool = False) -> None:
         self.fabric, self.tokenizer, self.batch_size, self.sampling = fabric, tokenizer, batch_size, sampling
+        self.reference_numerics = reference_numerics
         self.new_tokens = {**NEW_TOKENS, **data.new_tokens}
         probes, pad = data.probes, tokenizer.pad_token_id
         verbmem = [completion_item(tokenizer, row["prompt"], row["gt"], max_length, insert_space=True)
@@ -96,7 +97,8 @@ class MuseEvaluator:
                              self.new_tokens["verbmem"])
         scored = [(b, i) for b in batch_scores(self.fabric, model, self.verbmem_items, self.batch_size)
                   for i in range(len(b.labels))]
-        extraction = [metrics.extraction_strength(b.predictions[i][:-1].cpu().numpy(), b.labels[i][:-1].cpu().numpy())
+        extraction = [metrics.extraction_strength(b.predictions[i][:-1].cpu().numpy(), b.labels[i][:-1].cpu().numpy(),
+                                                  self.reference_numerics)
                       for b, i in scored]  # the last label dropped, as every OpenUnlearning token metric
         knowmem = {}
         for split, (prompts, answers) in self.knowmem.items():
@@ -166,4 +168,4 @@ class MuseBench(CorpusBench):
 
     def evaluator(self, batch_size: int) -> MuseEvaluator:
         return MuseEvaluator(self.fabric, self.tokenizer, self.data, self.model.max_length, batch_size,
-                             self.sampling())
+                             self.sampling(), self.config["evaluation"]["reference_numerics"])
