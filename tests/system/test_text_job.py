@@ -25,7 +25,7 @@ pytestmark = pytest.mark.processes
 
 EXAMPLE = REPO / "docs" / "examples" / "python" / "text_seeds.py"
 METHODS = {"grad_ascent", "grad_diff", "npo", "simnpo", "idk_dpo", "rmu", "undial", "wga", "satimp", "ceu",
-           "pdu", "text_finetune", "text_retrain"}
+           "pdu", "altpo", "text_finetune", "text_retrain"}
 
 
 @pytest.fixture(scope="module")

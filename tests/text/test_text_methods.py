@@ -19,7 +19,8 @@ from unlearnbench.runtime.seeding import streams
 from unlearnbench.tasks.text.data import IGNORE
 from unlearnbench.tasks.text.methods.base import TextTask
 
-TEXT_METHODS = ["grad_ascent", "grad_diff", "npo", "simnpo", "idk_dpo", "rmu", "undial", "wga", "satimp", "ceu", "pdu"]
+TEXT_METHODS = ["grad_ascent", "grad_diff", "npo", "simnpo", "idk_dpo", "rmu", "undial", "wga", "satimp", "ceu", "pdu",
+                "altpo"]
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +79,7 @@ def expected(name: str, model, reference, forget, retain, extra=None):
     if name == "simnpo":
         theta, count = nll(model, forget)
         return 0.125 * -(2 / 4.5) * F.logsigmoid(4.5 * theta / count).mean() + retain_nll
-    if name == "idk_dpo":
+    if name in ("idk_dpo", "altpo"):  # DPO: the preferred answer ("I don't know", or M_o's alternate) over the true
         idk = extra
         theta_w, _ = nll(model, idk)
         with torch.no_grad():
@@ -127,6 +128,12 @@ def test_each_methods_step_loss_is_its_formula(setting, name, monkeypatch):
         from unlearnbench.tasks.text.data import collate
         extra = collate([encoder.item(splits.forget[row]["question"], "I don't know.")
                          for row in forget["row"].tolist()], encoder.pad_id)
+    elif name == "altpo":  # the alternate each forget example draws (`draw` mod the number of its alternates)
+        chosen.prepare(model, reference, task)
+        from unlearnbench.tasks.text.data import collate
+        extra = collate([encoder.item(splits.forget[row]["question"], chosen.alternates[row][draw % 5])
+                         for row, draw in zip(forget["row"].tolist(), forget["draw"].tolist(), strict=True)],
+                        encoder.pad_id)
     else:
         chosen.prepare(model, reference, task)
         if name == "pdu":
@@ -222,3 +229,19 @@ def test_pdus_dual_variable_moves_with_the_retain_loss_only_after_its_warm_up(se
         assert after_epoch == pytest.approx(max(0.0, 1.0 + 2.0 * (np.mean(drawn) - 0.5)), rel=1e-5)
         assert chosen.dual == after_epoch  # no step updates
     assert chosen.dual >= 0.0
+
+
+def test_altpos_alternates_are_m_os_samples_drawn_from_the_unlearning_seed(setting):
+    """`repeats` sampled answers per forget question from the model it starts from, the same for the same unlearning
+    seed, others for another."""
+    _, _, splits, _, _, model, _, _, _ = setting
+    chosen = method("altpo", "method.repeats=3")
+    runs = {}
+    for seed in (0, 0, 1):
+        task = task_of(setting, "altpo")
+        task.rng = streams("method", seed, "altpo")
+        runs.setdefault(seed, []).append(chosen.alternates_of(model, task))
+    first = runs[0][0]
+    assert len(first) == len(splits.forget) and all(len(drawn) == 3 for drawn in first)
+    assert runs[0][1] == first and runs[1][0] != first
+    assert len({text for drawn in first for text in drawn}) > 1  # sampled, not one greedy answer

@@ -1,6 +1,6 @@
 """The losses of the text task's unlearning methods, on logits and labels, one function per formula.
 
-The methods (GradAscent, GradDiff, NPO, SimNPO, IdkDPO, RMU, UNDIAL, WGA, SatImp, CE-U, PDU) combine these as
+The methods (GradAscent, GradDiff, NPO, SimNPO, IdkDPO, RMU, UNDIAL, WGA, SatImp, CE-U, PDU, AltPO) combine these as
 OpenUnlearning's trainers do (locuslab/open-unlearning `src/trainer/unlearn/`, `src/trainer/utils.py`):
 L = γ·L_forget + α·L_retain. Logits are (B, T, V) for ids (B, T); position t predicts token t + 1, so labels are
 shifted by one, and IGNORE labels (the prompt, the padding) carry no loss unless a formula says otherwise.

@@ -33,14 +33,18 @@ class IdkDPO(ForgetRetainMethod):
         self.beta = beta
 
     def prepare(self, model: nn.Module, reference: nn.Module | None, task: TextTask) -> None:
-        questions = [record["question"] for record in task.splits.forget]
-        self.idk = [[task.encoder.item(q, answer) for answer in IDK_ANSWERS] for q in questions]
+        self.preferred = [[task.encoder.item(record["question"], answer) for answer in self.answers(record)]
+                          for record in task.splits.forget]
+
+    def answers(self, record: dict) -> list[str]:
+        """The preferred answers to a forget question: "I don't know" ones."""
+        return list(IDK_ANSWERS)
 
     def forget_loss(self, model: nn.Module, reference: nn.Module | None, forget: dict[str, Tensor],
                     task: TextTask) -> Tensor:
-        rows = forget["row"].tolist()
-        chosen = (forget["draw"] % len(IDK_ANSWERS)).tolist()  # the loop's per-example draw (unlearning seed)
-        idk = collate([self.idk[row][answer] for row, answer in zip(rows, chosen, strict=True)],
+        rows, draws = forget["row"].tolist(), forget["draw"].tolist()  # the loop's per-example draw (unlearning seed)
+        idk = collate([self.preferred[row][draw % len(self.preferred[row])] for row, draw in zip(rows, draws,
+                                                                                                   strict=True)],
                       task.encoder.pad_id)
         idk = {name: tensor.to(forget["input_ids"].device) for name, tensor in idk.items()}
         preferred, preferred_ref = nll_pair(model, reference, idk)
