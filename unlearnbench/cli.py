@@ -137,8 +137,13 @@ def report_main() -> None:
         return int(text)
 
     parser = argparse.ArgumentParser(prog="unlearnbench-report", description=report_main.__doc__)
-    parser.add_argument("folders", nargs="+", type=Path, help="sweep folders holding job folders with result.json")
-    parser.add_argument("--out", type=Path, default=None, help="report folder (default: FIRST_DIR/report)")
+    parser.add_argument("folders", nargs="*", type=Path, help="sweep folders holding job folders with result.json")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="report folder (default: FIRST_DIR/report); with --openunlearning, the folder that "
+                             "receives one job folder per manifest row, and the report in OUT/report")
+    parser.add_argument("--openunlearning", type=Path, default=None, metavar="MANIFEST.csv",
+                        help="import OpenUnlearning evaluations listed in MANIFEST.csv (path, role, method, "
+                             "seed_train, seed_unlearn[, seed_eval, model]; docs/openunlearning.md), then report")
     parser.add_argument("--no-figures", action="store_true", help="tables and report.md only")
     parser.add_argument("--target-se", type=positive, default=TARGET_SE, metavar="SE",
                         help=f"the standard error of a method's mean the seed plan aims at (default {TARGET_SE})")
@@ -159,6 +164,12 @@ def report_main() -> None:
     metrics = None if given is None else [m for m in given.split(",") if m]
     for problem in leaderboard_problems(metrics):
         refuse(problem)
+    if args.openunlearning is not None:
+        args.folders = [import_openunlearning(parser, args.openunlearning, args.folders, args.out)]
+        args.out = args.folders[0] / "report"
+    elif not args.folders:
+        parser.exit(2, "unlearnbench-report: give the sweep folders to report on, or --openunlearning MANIFEST.csv "
+                       "--out DIR\n")
     missing = [str(f) for f in args.folders if not f.is_dir()]
     if missing:
         parser.exit(2, f"unlearnbench-report: not a folder: {', '.join(missing)}\n")
@@ -182,3 +193,25 @@ def report_main() -> None:
     for line in [*failure_lines(built.failed, len(built.jobs)), *method_failure_lines(failed_methods(built.jobs))]:
         print(line, file=sys.stderr)
     print(f"report: {out}")
+
+
+def import_openunlearning(parser, manifest: Path, folders: list[Path], out: Path | None) -> Path:
+    """`--openunlearning`: write the manifest's runs as job folders under `out` (one line per run that failed or
+    lacks a metric, on stderr), and return `out` for the report."""
+    from unlearnbench.core.errors import UserError
+    from unlearnbench.tasks.text.openunlearning import import_runs
+
+    if folders:
+        parser.exit(2, "unlearnbench-report: --openunlearning reads its runs from the manifest; give no sweep "
+                       f"folders beside it (got {', '.join(map(str, folders))})\n")
+    if out is None:
+        parser.exit(2, "unlearnbench-report: --openunlearning needs --out DIR, the folder for the imported runs and "
+                       "their report\n")
+    try:
+        imported = import_runs(manifest, out)
+    except UserError as error:
+        parser.exit(2, f"unlearnbench-report: {error}\n")
+    for line in imported.lines:
+        print(f"unlearnbench-report: {line}", file=sys.stderr)
+    print(f"imported {len(imported.folders)} OpenUnlearning runs into {out}")
+    return out

@@ -79,9 +79,14 @@ def finished(path: Path) -> bool:
 
 def result_document(cfg: DictConfig, outcome: Outcome, started: str | None) -> dict:
     """`result.json`'s content: the job's identity and what its outcome holds."""
+    return document(job_fields(cfg), outcome, started)
+
+
+def document(job: dict, outcome: Outcome, started: str | None) -> dict:
+    """`result.json`'s content for the job fields `job` (a job of this tool's, or a run another tool made)."""
     status, error = outcome.status
     return {"schema": SCHEMA, "status": status, "error": error,
-            "job": job_fields(cfg), "versions": versions(), "numerics": outcome.numerics,
+            "job": job, "versions": versions(), "numerics": outcome.numerics,
             **({"dataset": outcome.dataset} if outcome.dataset else {}), "started": started,
             "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "cache": outcome.cache, "timings": outcome.timings, "failures": outcome.failures,

@@ -72,9 +72,11 @@ def records_of(frame: pd.DataFrame, keys: list[str], derived: Derived) -> pd.Dat
 
 def against_first(group: pd.DataFrame, examples: dict[str, pd.DataFrame], target: str,
                   derived: Derived) -> pd.DataFrame:
-    """The group's source records re-scored against the first job's M_r (smallest unlearning, then training seed)."""
-    first = group.sort_values(["seed_unlearn", "seed_train", "folder"])["folder"].iloc[0]
-    reference = model_values(examples[first], target, "retrained", None)
+    """The group's source records re-scored against the first job's M_r (smallest unlearning, then training seed,
+    among the jobs whose examples hold an M_r: a run imported alone may hold only its own model)."""
+    folders = group.sort_values(["seed_unlearn", "seed_train", "folder"])["folder"].unique()
+    references = (model_values(examples[folder], target, "retrained", None) for folder in folders)
+    reference = next((values for values in references if len(values)), np.zeros(0))
     statistic = STATISTICS[derived.statistic]
     rows = group.copy()
     values = []

@@ -178,8 +178,8 @@ def margins_of(rows: pd.DataFrame, per_example: PerExample) -> dict[tuple[str, s
 
 
 def targets_of(jobs: list[dict], examples: dict[str, pd.DataFrame], keys: list[str]) -> dict[tuple, list[Job]]:
-    """{(configuration, target): its jobs}, in folder order; a target without D_f rows, and a job whose task declares
-    no per-example splits, are not scored."""
+    """{(configuration, target): its jobs}, in folder order; a target without D_f rows of an unlearned model, and a
+    job whose task declares no per-example splits, are not scored."""
     groups: dict[tuple, list[Job]] = {}
     for job in jobs:
         rows, per_example = examples.get(job["folder"]), per_example_of(job)
@@ -190,7 +190,7 @@ def targets_of(jobs: list[dict], examples: dict[str, pd.DataFrame], keys: list[s
                       for k in ("seed_train", "seed_unlearn", "seed_eval"))
         for target, part in rows.groupby("target", sort=False):
             forget = part[part["split"] == per_example.forget]
-            if len(forget):
+            if (forget["role"] == "unlearned").any():
                 groups.setdefault((*ident, target), []).append(Job(job["folder"], ident, seeds, per_example, forget,
                                                                    margins_of(part, per_example)))
     return groups
@@ -212,15 +212,16 @@ def same_forget_set(group: tuple, jobs: list[Job]) -> tuple[list[Job], str | Non
 
 
 def design_pools(jobs: list[Job]) -> list[tuple[str, int | None, list[Job]]]:
-    """(design, training seed or None, jobs) of A(i) for every training seed with two jobs or more, and of B (one
-    job per training seed, its smallest unlearning then evaluation seed) where there are two training seeds."""
+    """(design, training seed or None, jobs) of A(i) for every training seed with two jobs or more, and of B (per
+    training seed, the job of its smallest unlearning then evaluation seed) where there are two training seeds. B
+    takes every job of those seeds: one job of the tool's holds every method, imported runs one method each."""
     by_seed: dict[int, list[Job]] = {}
     for job in sorted(jobs, key=lambda j: j.seeds):
         by_seed.setdefault(job.seeds[0], []).append(job)
     pools: list[tuple[str, int | None, list[Job]]] = [("A", seed, part) for seed, part in by_seed.items()
                                                       if len(part) >= 2]
     if len(by_seed) >= 2:
-        pools.append(("B", None, [part[0] for part in by_seed.values()]))
+        pools.append(("B", None, [job for part in by_seed.values() for job in part if job.seeds == part[0].seeds]))
     return pools
 
 
