@@ -89,6 +89,10 @@ def test_the_references_and_the_methods_behave_as_the_field_expects(first):
     assert value(result, "retrained", "privleak") == 0.0
     assert value(result, "original", "forget_quality") < 0.05  # M_o remembers D_f
     assert value(result, "original", "mia_min_k_auc") > 0.9
+    for attack in ("mia_reference_auc", "mia_gradnorm_auc"):  # on by default where the weights are whole
+        assert value(result, "unlearned", attack, method="text_retrain") == value(result, "retrained", attack)
+        assert value(result, "original", attack) > value(result, "retrained", attack)
+    assert value(result, "retrained", "mia_reference_auc") == 0.5  # M_r against itself: every score 0
     assert value(result, "original", "prob") > 0.5 > value(result, "retrained", "prob")
     assert value(result, "unlearned", "prob", method="grad_ascent") < value(result, "original", "prob") / 2
     for metric, split in (("forget_quality", "forget"), ("model_utility", None), ("prob", "retain")):
@@ -114,15 +118,18 @@ def test_examples_hold_every_model_on_forget_retain_and_holdout(first):
 
 
 def test_the_console_script_prints_the_table_and_reproduces_the_sweeps_numbers(first, tmp_path, shared_cache):
+    """AltPO's alternates, kept in the cache beside M_o by the sweep's job, are read back, not drawn again."""
     result, _ = first
-    run = run_cli(["experiment=tofu", "+method=grad_ascent", f"paths.cache_dir={shared_cache}"], tmp_path)
+    run = run_cli(["experiment=tofu", "+method=altpo", f"paths.cache_dir={shared_cache}"], tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
+    kept = [line for line in (run.stdout + run.stderr).splitlines() if "AltPO's alternates" in line]
+    assert kept and all("from the cache" in line for line in kept[1:]), kept
     header = next(line for line in run.stdout.splitlines() if line.startswith("target forget10"))
     assert header.split()[2:7] == ["FQ", "D_f", "MU", "prob", "D_f"]
     again = json.loads(next((tmp_path / "sweep").glob("*/result.json")).read_text())
-    mine = {(r["metric"], r["split"]): r["value"] for r in again["records"] if r["method"] == "grad_ascent"
+    mine = {(r["metric"], r["split"]): r["value"] for r in again["records"] if r["method"] == "altpo"
             and r["metric"] not in ("time_s", "memory_gib", "utilisation_pct")}
-    theirs = {(r["metric"], r["split"]): r["value"] for r in result["records"] if r["method"] == "grad_ascent"
+    theirs = {(r["metric"], r["split"]): r["value"] for r in result["records"] if r["method"] == "altpo"
               and r["metric"] not in ("time_s", "memory_gib", "utilisation_pct")}
     assert mine == theirs and len(mine) > 20
 

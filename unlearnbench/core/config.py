@@ -152,7 +152,9 @@ class Evaluation:
     examples_per_split: int = ranged(1000, AT_LEAST_0)  # of D_r and of D'_r (D_f is always whole)
     relearn: Relearn = field(default_factory=Relearn)  # relearn time, opt-in (`evaluation.relearn.enabled=true`)
     sampling: Sampling = field(default_factory=Sampling)  # leak@k on the text task, opt-in (`evaluation.sampling.k`)
-    gradnorm: bool = False  # the text task's GradNorm attack (a backward pass per forget and holdout example), opt-in
+    # the text task's GradNorm attack (a backward pass per forget and holdout example): null runs it wherever the
+    # benchmark has it and the strategy keeps each model whole; true insists (refused where it cannot run); false off
+    gradnorm: bool | None = None
     reference_numerics: bool = False  # the text task's metrics with OpenUnlearning's exact numerics (its 1e-10 terms)
     # Metrics added to the task's own (`+metric=NAME`, conf/metric/): slot → a component of the job's task
     # (docs/extending.md, "A metric"); each declares its name, label and ideal beside its function.

@@ -118,10 +118,11 @@ class TextBench(Bench):
         self.identity = {"artefact": "text_model", "version": __version__, "dataset": self.data.name,
                          "data": outcome.dataset["fingerprint"], "model": self.model.identity(self.tokenizer),
                          "recipe": config["train"], "numerics": outcome.numerics}
-        if config["evaluation"]["gradnorm"] and shards_weights(fabric):
+        if config["evaluation"]["gradnorm"] is True and shards_weights(fabric):
             raise UserError(f"evaluation.gradnorm takes each model's gradient whole, which strategy="
                             f"{config['strategy']['name']} splits across ranks; for the GradNorm attack use strategy "
-                            f"single, ddp, ddp_spawn or deepspeed_stage_1/2")
+                            f"single, ddp, ddp_spawn or deepspeed_stage_1/2 (or leave evaluation.gradnorm null)")
+        self.gradnorm = config["evaluation"]["gradnorm"] is not False and not shards_weights(fabric)
         if config["evaluation"]["relearn"]["enabled"] and shards_weights(fabric):
             raise UserError(f"evaluation.relearn copies each model whole, which strategy={config['strategy']['name']} "
                             f"splits across ranks; for relearn time use strategy single, ddp, ddp_spawn or "
@@ -163,6 +164,15 @@ class TextBench(Bench):
         module.eval()
         cost = Cost(meta.get("time_s"), meta.get("memory_gib"), meta.get("utilisation_pct"))
         return TunedModel(module, state, base_seed, cost, provided.record, meta.get("curve"))
+
+    def kept(self, original_key: str, title: str, parts: dict, compute) -> dict:
+        """`compute()`'s result for the M_o under `original_key` and `parts`, from the model cache or computed and
+        published there (an entry of no tensors whose meta holds it), so that a sweep computes it once."""
+        key = cache_key({"original": original_key, **parts})
+        provided = cached_or_trained(self.cache, key, lambda: ({}, {"kept": compute()}), progress.stage(title),
+                                     lambda meta: "computed",
+                                     group=self.fabric if self.fabric.world_size > 1 else None)
+        return provided.entry.meta["kept"]
 
     def copy(self, tuned: TunedModel) -> nn.Module:
         """A fresh copy of a fine-tuned model, its adapters (if any) merged into its weights."""
@@ -210,7 +220,8 @@ class TextBench(Bench):
                         self.items(self.method_retain(splits)), streams("method", self.seeds["unlearn"],
                                                                              method.name, target),
                         self.recipe, original=lambda: self.copy(original), retrained=retrained.module,
-                        retrained_cost=retrained.cost)
+                        retrained_cost=retrained.cost,
+                        kept=lambda title, parts, compute: self.kept(original.cache["key"], title, parts, compute))
         title, diverged = f"target {target}: {method.name}", None
         with self.outcome.stage(title, f"method:{method.name}"), self.monitor.measure() as measured, \
                 progress.training(title), global_seed(task.rng.seed):  # dropout, in a model that has it
@@ -230,7 +241,7 @@ class TextBench(Bench):
                    retrained: TunedModel) -> TextEvaluation:
         options = self.config["evaluation"]
         evaluator = TextEvaluator(self.fabric, self.encoder, splits, options["batch_size"] or EVAL_BATCH,
-                                  self.model.max_new_tokens, self.sampling(), options["gradnorm"],
+                                  self.model.max_new_tokens, self.sampling(), self.gradnorm,
                                   options["reference_numerics"])
         return TextEvaluation(self.outcome, evaluator, target, self.positions(splits), original, retrained)
 

@@ -15,7 +15,10 @@ Where this differs from the reference:
   follow that, and its own samples are its alternatives.
 - An epoch is one pass over the forget questions (the reference's data has one row per (question, alternate), so
   its 2 epochs visit each question 10 times): the default 10 epochs visit each as often.
-- The alternates are drawn when the method starts, from M_o, every time (not cached apart from the model).
+- The alternates are kept in the model cache beside M_o, keyed by everything that determines them (M_o, the
+  forget questions, the seed, the sampling settings), as the reference keeps its JSONL beside the model; a later
+  job of the same seeds reads them, and its method time leaves out their generation (the time of M_o's training is
+  left out of every method's alike).
 """
 
 from __future__ import annotations
@@ -41,7 +44,11 @@ class AltPO(IdkDPO):
         self.repeats, self.temperature, self.max_new_tokens = repeats, temperature, max_new_tokens
 
     def prepare(self, model: nn.Module, reference: nn.Module | None, task: TextTask) -> None:
-        self.alternates = self.alternates_of(model, task)
+        parts = {"kept": "altpo_alternates", "seed": task.rng.seed, "repeats": self.repeats,
+                 "temperature": self.temperature, "max_new_tokens": self.max_new_tokens,
+                 "batch_size": self.batch_size, "questions": [record["question"] for record in task.splits.forget]}
+        self.alternates = task.of_original("AltPO's alternates", parts,
+                                           lambda: {"alternates": self.alternates_of(model, task)})["alternates"]
         self.preferred = [[task.encoder.item(record["question"], answer) for answer in answers]
                           for record, answers in zip(task.splits.forget, self.alternates, strict=True)]
 

@@ -60,6 +60,12 @@ class TextTask:
     original: Callable[[], nn.Module]  # a fresh copy of M_o (a frozen reference)
     retrained: nn.Module  # M_r, for the `text_retrain` baseline only
     retrained_cost: Cost
+    kept: Callable[[str, dict, Callable[[], dict]], dict] | None = None  # the job's `TextBench.kept`, bound to M_o
+
+    def of_original(self, title: str, parts: dict, compute: Callable[[], dict]) -> dict:
+        """`compute()`, a JSON-able result drawn from M_o (AltPO's alternates), made once per M_o and `parts` (all
+        that determines it besides M_o): kept in the job's model cache beside M_o, computed here without one."""
+        return compute() if self.kept is None else self.kept(title, parts, compute)
 
     def pairs(self, batch_size: int) -> Iterator[tuple[dict[str, Tensor], dict[str, Tensor]]]:
         """One epoch: shuffled forget batches, each with as many retain examples drawn uniformly at random, and
