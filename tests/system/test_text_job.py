@@ -1,6 +1,7 @@
-"""The text task end to end: the docs' Python example (`experiment=tofu` over three training seeds) run as a user runs
-it, its jobs' records and per-example outputs, the report it writes, the console script's table, and the task's
-refusals. One sweep serves every assertion; its tiny models live in the suite's shared cache."""
+"""The text task end to end: the docs' Python example (`experiment=tofu` over three training seeds, five methods) run
+as a user runs it and the report it writes; then `unlearnbench experiment=tofu` (every method, the example's first
+seed, its models from the shared cache) through the console script: its records and per-example outputs, its table,
+and that it reproduces the example's numbers; and the task's refusals."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.processes
 EXAMPLE = REPO / "docs" / "examples" / "python" / "text_seeds.py"
 METHODS = {"grad_ascent", "grad_diff", "npo", "simnpo", "idk_dpo", "rmu", "undial", "wga", "satimp", "ceu",
            "pdu", "altpo", "text_finetune", "text_retrain"}
+SWEPT = {"grad_ascent", "npo", "simnpo", "altpo", "text_retrain"}  # the example's methods
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +41,24 @@ def example(tmp_path_factory, shared_cache):
     return folder / "runs" / "text_seeds", run
 
 
-@pytest.fixture(scope="module")
-def first(example) -> tuple[dict, pd.DataFrame]:
-    sweep, _ = example
-    folder = next(f for f in sweep.iterdir() if f.name.endswith("_t0_u0_e0"))
+def job_of(sweep: Path) -> tuple[dict, pd.DataFrame]:
+    folder = next(f for f in sweep.iterdir() if "_t0_u0_e0" in f.name)
     return json.loads((folder / "result.json").read_text()), pd.read_parquet(folder / "examples.parquet")
+
+
+@pytest.fixture(scope="module")
+def every_method(example, tmp_path_factory, shared_cache):
+    """`unlearnbench experiment=tofu`: every text method on the example's first training seed (M_o and M_r, and
+    AltPO's alternates, from the cache the example filled)."""
+    folder = tmp_path_factory.mktemp("every")
+    run = run_cli(["experiment=tofu", f"paths.cache_dir={shared_cache}"], folder)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run, job_of(folder / "sweep")
+
+
+@pytest.fixture(scope="module")
+def first(every_method) -> tuple[dict, pd.DataFrame]:
+    return every_method[1]
 
 
 def value(result: dict, role: str, metric: str, split: str | None = "forget", method: str | None = None) -> float:
@@ -62,7 +77,7 @@ def test_the_example_sweeps_three_training_seeds_and_prints_its_tables(example):
     lines = run.stdout.splitlines()
     assert lines[0].split() == ["seed_train", "0", "1", "2"]
     printed = {line.split()[0] for line in lines if line.split() and line.split()[0] in METHODS}
-    assert printed == METHODS
+    assert printed == SWEPT
 
 
 def test_the_seed_report_is_written_for_text_unchanged(example):
@@ -70,15 +85,15 @@ def test_the_seed_report_is_written_for_text_unchanged(example):
     report = sweep / "report"
     variance = pd.read_csv(report / "seed_variance.csv")
     text_rows = variance[(variance["metric"] == "forget_quality") & (variance["role"] == "unlearned")]
-    assert set(text_rows["method"]) == METHODS
+    assert set(text_rows["method"]) == SWEPT
     summary = pd.read_csv(report / "summary.csv")
     quality = summary[(summary["metric"] == "forget_quality") & (summary["role"] == "unlearned")]
-    assert (quality["n"] == 3).all() and set(quality["method"]) == METHODS
+    assert (quality["n"] == 3).all() and set(quality["method"]) == SWEPT
     retrained = quality[quality["method"] == "text_retrain"]
     assert retrained["mean"].item() == 1.0 and retrained["std"].item() == 0.0
     per_example = pd.read_csv(report / "forget_quality.csv")  # the image task's pools, on the answers' loss
     design_b = per_example[per_example["design"] == "B"]
-    assert set(design_b["method"]) >= METHODS - {"text_retrain"} and (design_b["n_models"] == 3).all()
+    assert set(design_b["method"]) >= SWEPT - {"text_retrain"} and (design_b["n_models"] == 3).all()
     assert "FQ" in (report / "report.md").read_text()
 
 
@@ -117,21 +132,22 @@ def test_examples_hold_every_model_on_forget_retain_and_holdout(first):
     assert forget["index"].tolist() == list(range(result["dataset"]["full"] - len(forget), result["dataset"]["full"]))
 
 
-def test_the_console_script_prints_the_table_and_reproduces_the_sweeps_numbers(first, tmp_path, shared_cache):
-    """AltPO's alternates, kept in the cache beside M_o by the sweep's job, are read back, not drawn again."""
-    result, _ = first
-    run = run_cli(["experiment=tofu", "+method=altpo", f"paths.cache_dir={shared_cache}"], tmp_path)
-    assert run.returncode == 0, run.stderr[-3000:]
-    kept = [line for line in (run.stdout + run.stderr).splitlines() if "AltPO's alternates" in line]
-    assert kept and all("from the cache" in line for line in kept[1:]), kept
+def test_the_console_script_prints_the_table_and_reproduces_the_sweeps_numbers(example, every_method):
+    """The example's first job and this one share M_o, M_r and the seeds: every swept method's records are equal,
+    AltPO's among them from the alternates the example kept in the cache beside M_o (read back, not drawn again)."""
+    run, (result, _) = every_method
     header = next(line for line in run.stdout.splitlines() if line.startswith("target forget10"))
     assert header.split()[2:7] == ["FQ", "D_f", "MU", "prob", "D_f"]
-    again = json.loads(next((tmp_path / "sweep").glob("*/result.json")).read_text())
-    mine = {(r["metric"], r["split"]): r["value"] for r in again["records"] if r["method"] == "altpo"
-            and r["metric"] not in ("time_s", "memory_gib", "utilisation_pct")}
-    theirs = {(r["metric"], r["split"]): r["value"] for r in result["records"] if r["method"] == "altpo"
-              and r["metric"] not in ("time_s", "memory_gib", "utilisation_pct")}
-    assert mine == theirs and len(mine) > 20
+    kept = [line for line in (run.stdout + run.stderr).splitlines() if "AltPO's alternates" in line]
+    assert kept and all("from the cache" in line for line in kept[1:]), kept
+    swept, _ = job_of(example[0])
+    costs = ("time_s", "memory_gib", "utilisation_pct")
+
+    def records(job: dict) -> dict:
+        return {(r["method"], r["metric"], r["split"]): r["value"] for r in job["records"]
+                if r["method"] in SWEPT and r["metric"] not in costs}
+
+    assert records(result) == records(swept) and len(records(result)) > 100
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
