@@ -64,15 +64,18 @@ def unwritable_sweep_folder(arguments: list[str]) -> str | None:
 
 
 def register_launchers() -> None:
-    """Register `hydra/launcher=local` and `=slurm` with Hydra, which finds plugins by listing the `hydra_plugins`
-    namespace: an editable install's namespace packages cannot be listed, so the scan alone would miss them."""
+    """Register `hydra/launcher=local` and `=slurm`, and `hydra/sweeper=tune`, with Hydra, which finds plugins by
+    listing the `hydra_plugins` namespace: an editable install's namespace packages cannot be listed, so the scan
+    alone would miss them."""
     import importlib.util
 
     from hydra.core.plugins import Plugins
 
     from hydra_plugins.unlearnbench_launcher.local import LocalLauncher
+    from hydra_plugins.unlearnbench_launcher.tune import TuneSweeper
 
     Plugins.instance().register(LocalLauncher)
+    Plugins.instance().register(TuneSweeper)
     if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
         return  # the `slurm` extra is not installed: Hydra says so when the preset is chosen
     from hydra_plugins.unlearnbench_launcher.slurm import SlurmLauncher

@@ -35,8 +35,9 @@ def complete_jobs(hydra_context: HydraContext, config: DictConfig, job_overrides
     return found
 
 
-def complete_job(hydra_context: HydraContext, config: DictConfig, overrides: list[str],
-                 num: int) -> JobReturn | None:
+def job_folder(hydra_context: HydraContext, config: DictConfig, overrides: list[str],
+               num: int) -> tuple[Path, DictConfig]:
+    """(the job's folder, its composed config): `hydra.sweep.dir` / `hydra.sweep.subdir` as its launcher makes it."""
     job_config = hydra_context.config_loader.load_sweep_config(config, overrides)
     with open_dict(job_config):
         job_config.hydra.job.num = num
@@ -47,6 +48,12 @@ def complete_job(hydra_context: HydraContext, config: DictConfig, overrides: lis
             OmegaConf.select(job_config, "hydra.sweep.subdir"))
     finally:
         HydraConfig.instance().cfg = saved
+    return folder, job_config
+
+
+def complete_job(hydra_context: HydraContext, config: DictConfig, overrides: list[str],
+                 num: int) -> JobReturn | None:
+    folder, job_config = job_folder(hydra_context, config, overrides, num)
     try:
         result = json.loads((folder / "result.json").read_text())
     except (OSError, ValueError):

@@ -10,6 +10,8 @@ the report derives across jobs (`Derived`). A job writes the catalogue of the me
     ideal: a number   the value closest to it is best (deltas and distances 0, forget quality 1, MIA 0.5)
            RETRAINED  the value closest to the retrained model's mean is best (accuracies, utilities)
            None       no best value: shown, never marked, not rankable
+    scale: the span of the metric's distances to its ideal (1 for fractions, 100 for privleak's percent), so that
+           a tuning objective (core/tuning.py) weighs every metric alike in [0, 1]
 
 The costs every job records and the relearn stage's metrics belong to no task: they are declared here (`CORE`).
 """
@@ -36,11 +38,15 @@ class Metric:
     headline: tuple[str, ...] = ()
     leaderboard: tuple[str, ...] = ()
     figure: tuple[str, ...] = ()
+    scale: float = 1.0  # the span of its distances to the ideal (privleak's percent: 100): tuning divides by it
 
     def __post_init__(self) -> None:
         if not (self.ideal is None or self.ideal == RETRAINED or isinstance(self.ideal, int | float)):
             raise ValueError(f"the 'ideal' of metric {self.name} must be a number, {RETRAINED!r} or None; got "
                              f"{self.ideal!r} instead")
+        if not (isinstance(self.scale, int | float) and not isinstance(self.scale, bool) and self.scale > 0):
+            raise ValueError(f"the 'scale' of metric {self.name} must be a positive number; got {self.scale!r} "
+                             f"instead")
         for role in ("headline", "leaderboard", "figure"):
             object.__setattr__(self, role, tuple(getattr(self, role)))
         if self.leaderboard and self.ideal is None:

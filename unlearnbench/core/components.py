@@ -158,10 +158,13 @@ def type_problems(target: Any, options: Mapping[str, Any], kind: str) -> list[st
     return problems
 
 
+SEARCH_SPACE = "tune"  # a method's search space (core/tuning.py): read by experiment=tune, never a constructor's
+
+
 def build(cfg: Mapping[str, Any], kind: str, **extra: Any) -> Any:
-    """Call the config's `_target_` with its other keys (and `extra`) as keyword arguments."""
+    """Call the config's `_target_` with its other keys (and `extra`) as keyword arguments, but its search space."""
     target = target_of(cfg, kind)
-    kwargs = {k: v for k, v in cfg.items() if k != "_target_"} | extra
+    kwargs = {k: v for k, v in cfg.items() if k not in ("_target_", SEARCH_SPACE)} | extra
     valid = option_names(target)
     unknown = [k for k in kwargs if k not in valid]
     if unknown:

@@ -254,6 +254,22 @@ class StudyDesign:
 
 
 @dataclass
+class Tune:
+    """`experiment=tune` (core/tuning.py, docs/tuning.md): `trials` points of each method's search space, each run on
+    the training seeds `seeds`, the best then judged on `heldout` (disjoint from `seeds`); the TPE sampler drawn from
+    `seed`; `objective` the metrics (metric:split) the trials minimise the distance to (None: the leaderboard's).
+    `stage` and `trial` are set by the sweeper on each job it runs (trial, tuned, default)."""
+
+    trials: int = ranged(20, AT_LEAST_1)
+    seeds: list[int] = field(default_factory=lambda: [0])
+    heldout: list[int] = field(default_factory=lambda: [1, 2, 3])
+    seed: int = ranged(0, AT_LEAST_0)
+    objective: list[str] | None = None
+    stage: str | None = ranged(None, Range(choices=("trial", "tuned", "default")), optional=True)
+    trial: int | None = ranged(None, AT_LEAST_0, optional=True)
+
+
+@dataclass
 class Config:
     task: Task = field(default_factory=Task)  # set by the datasets of other tasks (ranking: `experiment=foltr`)
     dataset: Any = MISSING
@@ -270,6 +286,7 @@ class Config:
     method: Any = None  # absent from the defaults list: `+method=X` selects, none means every method of the task
     methods: list[str] | None = None  # without `+method`: only these of the task's methods, in one job
     study: StudyDesign | None = None  # set by `experiment=seed_sensitivity`
+    tune: Tune | None = None  # set by `experiment=tune`
 
 
 ConfigStore.instance().store(name="unlearnbench_schema", node=Config)

@@ -33,7 +33,13 @@ def _job_fields(cfg: DictConfig) -> dict:
             "seed_train": cfg.seeds.train, "seed_unlearn": cfg.seeds.unlearn, "seed_eval": cfg.seeds.eval,
             "seed_forget": cfg.seeds.forget,
             "strategy": cfg.strategy.name, "precision": cfg.precision.name,
-            "devices": cfg.strategy.devices * cfg.strategy.num_nodes}
+            "devices": cfg.strategy.devices * cfg.strategy.num_nodes, **tuning_field(cfg)}
+
+
+def tuning_field(cfg: DictConfig) -> dict:
+    """A tuning job's stage (`tune.stage`: trial, tuned or default; core/tuning.py), a job field the report reads."""
+    stage = OmegaConf.select(cfg, "tune.stage", default=None)
+    return {} if stage is None else {"tuning": stage}
 
 
 def versions() -> dict:

@@ -21,6 +21,9 @@
                                    the blocks (target, training seed), its bootstrap 95% interval and P(best),
                                    Friedman's p (leaderboard.py)
     leaderboard_pairs.csv          every pair of methods: Wilcoxon signed-rank p, Holm-adjusted, and the verdict
+    trials.csv, tuning.csv         of a tuning sweep (`experiment=tune`): every trial; per method the best point,
+                                   its objective on the tuning and on the held-out training seeds, the defaults'
+                                   held out, the optimism (compute/tuning.py); the trial jobs are in no other table
     forget_quality.csv             per pool of models (A(i), B) and method: the NeurIPS 2023 competition's forgetting
                                    quality F with N, the ε cap and F's permutation null, the final score, LiRA, and
                                    KLOM per split (D_f, D_r, D'_r) with its permutation null
@@ -53,6 +56,7 @@ from unlearnbench.report.compute.forget_quality import FORGET_PERMUTATIONS, forg
 from unlearnbench.report.compute.leaderboard import RESAMPLES, chosen_metrics, leaderboards
 from unlearnbench.report.compute.leaderboard import tables as leaderboard_tables
 from unlearnbench.report.compute.seed_design import TARGET_SE, extend
+from unlearnbench.report.compute.tuning import read_tunings, trial_rows, tuning_rows, without_trials
 from unlearnbench.report.read.collect import catalogue_of, load_results, mixed_numerics, read_warnings
 from unlearnbench.report.read.curves import curve_table
 
@@ -97,7 +101,7 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
     cannot be written; no partial or temporary file is left behind."""
     from unlearnbench.report.render.markdown import caveat_text, render
 
-    frame, jobs = load_results(folders)
+    frame, jobs = without_trials(*load_results(folders))
     catalogue = catalogue_of(jobs)
     examples = load_examples(jobs, frame)  # a damaged examples.parquet makes its job failed
     failed = [job for job in jobs if job["status"] != "complete"]
@@ -138,9 +142,26 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
 
         paths, problems = draw(study, out / "figures")
         warnings += problems
-    text = render(study, jobs, failed, [Path(f) for f in folders], paths, warnings, out)
+    tuning = tuning_report(folders, out, figures, warnings)
+    text = render(study, jobs, failed, [Path(f) for f in folders], paths, warnings, out, tuning)
     write(out / "report.md", lambda path: path.write_text(text, encoding="utf-8"))
     return Report(out, jobs, failed, study, paths, warnings)
+
+
+def tuning_report(folders: list[Path], out: Path, figures: bool, warnings: list[str]) -> list[str]:
+    """trials.csv, tuning.csv and figures/tuning.png of the tuning sweeps among `folders` (compute/tuning.py); its
+    report.md section (none where no folder holds a tuning)."""
+    from unlearnbench.report.render.tuning import draw, section
+
+    tunings, problems = read_tunings(folders)
+    warnings += problems
+    if not tunings:
+        return []
+    trials, table = trial_rows(tunings), tuning_rows(tunings)
+    write(out / "trials.csv", lambda path: trials.to_csv(path, index=False))
+    write(out / "tuning.csv", lambda path: table.to_csv(path, index=False))
+    figure = draw(trials, table, out / "figures" / "tuning.png") if figures else None
+    return section(table, figure.relative_to(out).as_posix() if figure else None)
 
 
 def failure_lines(failed: list[dict], total: int) -> list[str]:

@@ -88,6 +88,8 @@ def sweep_size(config: DictConfig) -> int | None:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    if config.get("tune") is not None:
+        return None  # a tuning's batches follow from its trials' outcomes (hydra_plugins/…/tune.py)
     try:
         params = [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items()]
         overrides = OverridesParser.create().parse_overrides([*params, *config.hydra.overrides.task])

@@ -29,7 +29,8 @@ from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.report.compute import stats
 
 CONFIG = ["dataset", "model", "scenario"]
-OPTIONAL_CONFIG = ["strategy", "precision", "devices"]  # columns of the groups only where a sweep varies them
+OPTIONAL_CONFIG = ["strategy", "precision", "devices", "tuning"]  # columns of the groups only where a sweep varies
+# them (`tuning`: a tuning sweep's held-out jobs, with the tuned point or the defaults)
 ROW = ["target", "role", "method", "metric", "split"]
 SEEDS = ["seed_train", "seed_unlearn", "seed_eval"]
 COSTS = ["cost_original_s", "cost_retrained_s"]  # the job's training times (`collect.training_times`)

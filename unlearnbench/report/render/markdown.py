@@ -380,9 +380,10 @@ def machines(jobs: list[dict]) -> list[str]:
 
 
 def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Path], figures: list[Path],
-           warnings: list[str], out: Path) -> str:
-    """report.md: what a reader wants first (the leaderboard, the warnings, the headline table per target), then
-    the seed study's sections where the sweep can say something; per-metric detail stays in the CSVs it names."""
+           warnings: list[str], out: Path, tuning: list[str] = ()) -> str:
+    """report.md: what a reader wants first (the leaderboard, a tuning's section, the warnings, the headline table
+    per target), then the seed study's sections where the sweep can say something; per-metric detail stays in the
+    CSVs it names."""
     complete = sum(1 for job in jobs if job.get("status") == "complete")
     lines = ["# unlearnbench report", "",
              f"Sweep folders: {', '.join(f'`{f}`' for f in folders)}. Jobs: {len(jobs)} ({complete} complete, "
@@ -392,6 +393,7 @@ def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Pat
     catalogue = study.catalogue
     lines += leaderboard_section(study.leaderboard, {p.stem: p.relative_to(out).as_posix() for p in figures},
                                  catalogue)
+    lines += tuning  # a tuning sweep's section (render/tuning.py)
     if warnings:
         lines += ["## Warnings", "", *(f"- {w}" for w in warnings), ""]
     keys = [*study.keys, "target"]

@@ -27,7 +27,7 @@ from torch import nn
 
 from unlearnbench import __version__
 from unlearnbench.core.bench import Bench, Evaluation, Scored
-from unlearnbench.core.components import build, target_of
+from unlearnbench.core.components import SEARCH_SPACE, build, target_of
 from unlearnbench.core.errors import UserError
 from unlearnbench.core.method import keyed
 from unlearnbench.core.outcome import Diverged, Outcome, as_records, cost_scores
@@ -108,7 +108,8 @@ class TextBench(Bench):
                             f"{self.preset}")
         self.scenario, self.model = build(config["scenario"], "scenario"), build(config["model"], "model")
         names = (config["model"]["name"], config["dataset"]["name"], config["scenario"]["name"])
-        self.methods: list[TextMethod] = [build({k: keyed(v, names) for k, v in m.items()}, "method")
+        self.methods: list[TextMethod] = [build({k: keyed(v, names) for k, v in m.items() if k != SEARCH_SPACE},
+                                                "method")
                                           for m in plan.methods]  # options by model, dataset or scenario resolved
         self.tokenizer = self.model.tokenizer(self.data.texts() + list(IDK_ANSWERS))
         self.encoder = self.model.encoder(self.tokenizer)
