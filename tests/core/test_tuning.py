@@ -132,7 +132,7 @@ def records(seed: int, values: dict[str, float], target: str = "3", method: str 
     rows = [{"folder": f"j{seed}", "status": "complete", "seed_train": seed, "seed_unlearn": seed, "target": target,
              "role": "unlearned", "method": method, "metric": name, "split": "forget", "value": value}
             for name, value in values.items()]
-    return rows + [{"folder": f"j{seed}", "status": "complete", "seed_train": seed, "seed_unlearn": seed,
+    return [*rows, {"folder": f"j{seed}", "status": "complete", "seed_train": seed, "seed_unlearn": seed,
                     "target": target, "role": "retrained", "method": None, "metric": "acc", "split": "forget",
                     "value": 0.5 + seed / 10}]
 
