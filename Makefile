@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install demo test test-fast lint docs bench readme-table study text-study forget-quality clean
+.PHONY: install demo test test-fast lint docs bench readme-table study text-study tune-study forget-quality clean
 
 install: $(VENV)/.installed
 
@@ -42,6 +42,9 @@ readme-table: install  # rerun the demo from an empty cache and rewrite README.m
 study: install  # the seed study's Figure 1 on digits (about 10 minutes on 2 cores): docs/seed_study.png, docs/seed-study.md's table and docs/comparing.md's leaderboard
 	$(BIN)/python scripts/seed_study.py --docs
 
+tune-study: install  # tuning on one training seed against three, judged on five held-out seeds (about 15 minutes on 2 cores): docs/tuning.md's tables
+	$(BIN)/python scripts/tune_study.py --docs
+
 text-study: install  # the seed study on the text task (about 3 minutes on 2 cores): docs/text_seed_study.png and docs/text.md's table
 	$(BIN)/python scripts/text_seed_study.py --docs
 
@@ -49,5 +52,5 @@ forget-quality: install  # experiment=forget_quality on digits (125 jobs, about 
 	$(BIN)/python scripts/forget_quality_table.py --docs
 
 clean:
-	rm -rf multirun_outputs outputs seed_study text_seed_study forget_quality site .cache .pytest_cache .ruff_cache build dist *.egg-info
+	rm -rf multirun_outputs outputs seed_study text_seed_study tune_study forget_quality site .cache .pytest_cache .ruff_cache build dist *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -188,3 +188,13 @@ def test_trial_jobs_leave_the_reports_tables():
     jobs = [{"folder": "a", "tuning": "trial"}, {"folder": "b", "tuning": "tuned"}, {"folder": "c"}]
     kept, kept_jobs = without_trials(frame, jobs)
     assert list(kept["value"]) == [2, 3] and [j["folder"] for j in kept_jobs] == ["b", "c"]
+
+
+def test_a_space_is_changed_and_extended_on_the_command_line():
+    from helpers import compose_config
+
+    cfg = compose_config(["+method=finetune", "method.tune.lr.high=0.01",
+                          "+method.tune.weight_decay={low: 1e-5, high: 0.1, log: true}"])
+    method = OmegaConf.to_container(cfg.method, resolve=True)
+    space = {d.name: d for d in search_space(method, option_names(target_of(method, "method")))}
+    assert space["lr"].high == 0.01 and space["weight_decay"] == Dimension("weight_decay", 1e-5, 0.1, log=True)
