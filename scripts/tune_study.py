@@ -67,11 +67,18 @@ def table(reports: dict[str, Path]) -> str:
 
 
 def machine() -> str:
+    import os
     import platform
 
     import torch
 
-    return f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+    model = platform.machine()
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model}, {os.cpu_count()} cores, torch {torch.__version__}"
 
 
 def main() -> None:

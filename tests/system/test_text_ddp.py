@@ -19,8 +19,10 @@ from unlearnbench.tasks.text.model import CausalLM
 from unlearnbench.tasks.text.scenario import ForgetEntities
 from unlearnbench.tasks.text.train import Items
 
-METHODS = "methods=[grad_diff,npo,idk_dpo,rmu,undial,ceu,pdu,text_finetune]"  # every kind of unit a loss averages over,
-# and PDU's dual variable, updated from the global batch
+# Every kind of unit a loss averages over (tokens: grad_diff; rows, with a frozen reference and per-example draws:
+# idk_dpo; rows of hidden states: rmu; positions: undial), PDU's dual variable, updated from the global batch, and the
+# retain-only loop (text_finetune). NPO's and CE-U's losses average as idk_dpo's and grad_diff's do.
+METHODS = "methods=[grad_diff,idk_dpo,rmu,undial,pdu,text_finetune]"
 CONTINUOUS = ("prob", "truth_ratio", "model_utility")  # EM, ES, ROUGE, KS and AUCs move in steps: not compared
 
 
