@@ -13,6 +13,7 @@ tables go into docs/tuning.md between its `<!-- tune-study -->` markers, with th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -73,11 +74,9 @@ def machine() -> str:
     import torch
 
     model = platform.machine()
-    try:
+    with contextlib.suppress(OSError, StopIteration):
         model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                      if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     return f"{model}, {os.cpu_count()} cores, torch {torch.__version__}"
 
 
