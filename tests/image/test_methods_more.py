@@ -14,7 +14,7 @@ from helpers import compose_config, make_task
 from omegaconf import OmegaConf
 from torch import nn
 
-from unlearnbench.core.components import build
+from unlearnbench.core.components import SEARCH_SPACE, build
 from unlearnbench.core.errors import UserError
 from unlearnbench.runtime.seeding import global_seed
 from unlearnbench.runtime.train import Batches
@@ -183,7 +183,7 @@ def resolved(name: str, dataset: str) -> dict:
     config = OmegaConf.to_container(compose_config([f"+method={name}"]).method, resolve=True)
     task = SimpleNamespace(model_name="resnet18", data=SimpleNamespace(name=dataset),
                            scenario=SimpleNamespace(name="full_class"))
-    return {k: setting(v, task) for k, v in config.items() if k not in ("_target_", "name")}
+    return {k: setting(v, task) for k, v in config.items() if k not in ("_target_", "name", SEARCH_SPACE)}
 
 
 def test_scrub_defaults_are_the_large_scale_notebook_and_the_small_scale_one_on_digits():
