@@ -74,7 +74,10 @@ class TuneSweeper(Sweeper):
         record = {"seed": settings.seed, "seeds": settings.seeds, "heldout": settings.heldout,
                   "objective": settings.objective, "methods": {}}
         for method, override in methods:
-            record["methods"][method] = self.tune(method, [override, *base], spaces[method], settings)
+            try:
+                record["methods"][method] = self.tune(method, [override, *base], spaces[method], settings)
+            except UserError as error:  # tune.objective naming a metric without an ideal (the results tell)
+                raise SystemExit(f"unlearnbench: {error}") from None
             write_tuning(folder, record)
         return self.returns
 

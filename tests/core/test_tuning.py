@@ -198,3 +198,14 @@ def test_a_space_is_changed_and_extended_on_the_command_line():
     method = OmegaConf.to_container(cfg.method, resolve=True)
     space = {d.name: d for d in search_space(method, option_names(target_of(method, "method")))}
     assert space["lr"].high == 0.01 and space["weight_decay"] == Dimension("weight_decay", 1e-5, 0.1, log=True)
+
+
+def test_the_objective_reads_the_leaderboard_metrics_or_those_named_and_refuses_one_without_an_ideal():
+    from unlearnbench.report.compute.tuning import objective_metrics
+
+    assert objective_metrics(None, CATALOGUE) == [("acc", "forget"), ("delta", "forget"), ("leak", "forget")]
+    assert objective_metrics(["delta:forget"], CATALOGUE) == [("delta", "forget")]
+    with pytest.raises(UserError) as refused:
+        objective_metrics(["delta:forget", "note:forget"], CATALOGUE)
+    assert str(refused.value) == ("the 'tune.objective' option must name metrics with an ideal (metric or "
+                                  "metric:split of acc, delta, leak); got note:forget instead")
