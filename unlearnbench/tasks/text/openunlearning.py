@@ -216,7 +216,7 @@ def parse_row(number: int, cells: dict[str, str], base: Path) -> Row:
 def read_manifest(path: Path) -> list[Row]:
     """The manifest's rows, in order; a `UserError` where the file itself cannot be read as one."""
     try:
-        with open(path, newline="", encoding="utf-8") as handle:
+        with open(path, newline="", encoding="utf-8-sig") as handle:  # a spreadsheet's BOM is no column name
             reader = csv.DictReader(handle)
             header = [name.strip() for name in reader.fieldnames or []]
             missing = [name for name in COLUMNS if name not in header]
