@@ -43,12 +43,10 @@ COLUMNS = ("path", "role", "method", "seed_train", "seed_unlearn")  # a manifest
 OPTIONAL = ("seed_eval", "model")
 ROLES = ("original", "retrained", "unlearned")
 STRATEGY = "openunlearning"  # the job field that tells an imported run from one of the tool's
-MIA_COLUMNS = {"mia_loss": "loss", "mia_zlib": "mia_zlib", "mia_min_k": "mia_min_k",
-               "mia_min_k_plus_plus": "mia_min_k_pp", "mia_reference": "mia_reference",
-               "mia_gradnorm": "mia_gradnorm"}  # OpenUnlearning's attack → examples.parquet's column of its score
-MIA_RECORDS = {"mia_loss": "mia_loss_auc", "mia_zlib": "mia_zlib_auc", "mia_min_k": "mia_min_k_auc",
-               "mia_min_k_plus_plus": "mia_min_k_pp_auc", "mia_reference": "mia_reference_auc",
-               "mia_gradnorm": "mia_gradnorm_auc"}
+ATTACKS = {  # OpenUnlearning's attack → (examples.parquet's column of its score, the record of its AUC)
+    "mia_loss": ("loss", "mia_loss_auc"), "mia_zlib": ("mia_zlib", "mia_zlib_auc"),
+    "mia_min_k": ("mia_min_k", "mia_min_k_auc"), "mia_min_k_plus_plus": ("mia_min_k_pp", "mia_min_k_pp_auc"),
+    "mia_reference": ("mia_reference", "mia_reference_auc"), "mia_gradnorm": ("mia_gradnorm", "mia_gradnorm_auc")}
 PRIVLEAK_ATTACK = "mia_min_k"  # privleak compares this attack's AUC with the retrained run's (both benchmarks)
 
 
@@ -266,7 +264,7 @@ class Evaluation:
         for key, entry in self.logs.items():
             if not isinstance(entry, dict):
                 continue
-            if key in MIA_COLUMNS:
+            if key in ATTACKS:
                 for part in ("forget", "holdout"):
                     found[f"{key} ({part})"] = frozenset(self.values(key, "score", part).index)
             elif key.startswith("forget_") or key == "extraction_strength":
@@ -323,7 +321,7 @@ def own_records(run: Evaluation) -> dict[tuple[str, str | None], float]:
     utility = [scores.get(pair) for pair in run.benchmark.utility]
     if utility and all(v is not None and math.isfinite(v) for v in utility):
         scores[("model_utility", None)] = metrics.model_utility(utility)
-    for attack, record in MIA_RECORDS.items():
+    for attack, (_, record) in ATTACKS.items():
         auc = attack_auc(run, attack)
         if auc is not None:
             scores[(record, "forget")] = auc
@@ -360,7 +358,7 @@ def example_rows(run: Evaluation, target: str, role: str, method: str | None) ->
         values = {column: run.values(key, name) for column, (key, name) in columns.items()}
         part = "forget" if split == "forget" else "holdout" if split == "holdout" else None
         if part is not None:
-            for attack, column in MIA_COLUMNS.items():
+            for attack, (column, _) in ATTACKS.items():
                 scores = run.values(attack, "score", part)
                 if len(scores) and not len(values.get(column, ())):
                     values[column] = scores
