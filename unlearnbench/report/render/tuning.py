@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
 
-
-def fmt(value) -> str:
-    return "–" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:.3g}"
+from unlearnbench.report.render.markdown import fmt
 
 
 def section(table: pd.DataFrame, figure: str | None) -> list[str]:
