@@ -32,12 +32,12 @@ import yaml
 
 from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.core.errors import UserError
-from unlearnbench.core.files import RESULT, atomic_path
+from unlearnbench.core.files import RESULT
 from unlearnbench.core.outcome import Outcome
 from unlearnbench.core.result import document, publish
 from unlearnbench.tasks.text import metrics
 from unlearnbench.tasks.text.catalogue import CATALOGUE, MUSE_CATALOGUE
-from unlearnbench.tasks.text.evaluate import TEXT_COLUMNS, confidence
+from unlearnbench.tasks.text.evaluate import TEXT_COLUMNS, TextExamples, confidence
 
 COLUMNS = ("path", "role", "method", "seed_train", "seed_unlearn")  # a manifest's required columns
 OPTIONAL = ("seed_eval", "model")
@@ -378,21 +378,14 @@ def example_rows(run: Evaluation, target: str, role: str, method: str | None) ->
     return pd.concat(parts, ignore_index=True)
 
 
-@dataclass
-class ImportedExamples:
-    """examples.parquet of an imported run (the `Examples` protocol of `core.result.publish`)."""
-
-    frame: pd.DataFrame
-
-    def __len__(self) -> int:
-        return len(self.frame)
-
-    def write(self, path: Path) -> None:
-        frame = self.frame.astype({name: "string" for name in ("target", "role", "method", "split")})
-        frame = frame.astype({name: np.int64 for name in ("index", "label", "pred")})
-        frame = frame.astype({name: np.float64 for name in TEXT_COLUMNS[6:] if name != "pred"})
-        with atomic_path(path) as temporary:
-            frame.to_parquet(temporary, index=False)
+def examples_table(frame: pd.DataFrame) -> TextExamples:
+    """The rows as the task's own examples table, which types and writes them (the `Examples` of `publish`)."""
+    table = TextExamples(0, "")
+    for name in TEXT_COLUMNS:
+        values = frame[name].to_numpy()
+        table.columns[name] = [None if v is None or v != v else v for v in values] if name in TEXT_COLUMNS[:4] \
+            else [values]
+    return table
 
 
 def job_fields(row: Row, run: Evaluation | None) -> dict:
@@ -489,7 +482,7 @@ def import_run(row: Row, run: Evaluation, rows: list[Row], runs: dict) -> tuple[
                 "value": value} for (metric, split), value in scores.items()]
     catalogue = run.benchmark.catalogue.holding(r["metric"] for r in records)
     outcome = Outcome(records=records, catalogue=catalogue.as_dict(),
-                      examples=ImportedExamples(examples) if len(examples) else None)
+                      examples=examples_table(examples) if len(examples) else None)
     outcome.succeeded = 1
     return outcome, note
 
