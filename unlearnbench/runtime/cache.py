@@ -49,6 +49,12 @@ def cache_key(parts: dict) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
+def derived_key(model_key: str, kind: str, parts: dict) -> str:
+    """The key of an artefact derived from the model under `model_key` (SSD's importances, AltPO's alternates):
+    its `kind` and everything else it depends on (`parts`)."""
+    return cache_key({"artefact": kind, "model": model_key, **parts})
+
+
 def tensor_digest(tensor: torch.Tensor) -> str:
     return hashlib.sha256(tensor.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
 

@@ -14,7 +14,7 @@ from lightning_fabric.wrappers import is_wrapped
 from torch import Tensor, nn
 
 from unlearnbench import __version__
-from unlearnbench.runtime.cache import Entry, ModelCache, cache_key, cached_or_trained, tensor_digest
+from unlearnbench.runtime.cache import Entry, ModelCache, cache_key, cached_or_trained, derived_key, tensor_digest
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.progress import Stage, training
 from unlearnbench.runtime.seeding import global_seed, streams
@@ -159,5 +159,4 @@ class ModelStore:
              build: Callable[[], tuple[dict[str, Tensor], dict]]) -> Entry:
         """A cached artefact derived from `model` (e.g. SSD's parameter importances), keyed by the model's own key,
         `kind` and `parts` (everything else it depends on), built by `build()` on a miss."""
-        key = cache_key({"artefact": kind, "model": model.cache["key"], **parts})
-        return self.cache.get_or_build(key, build, group=self.group)
+        return self.cache.get_or_build(derived_key(model.cache["key"], kind, parts), build, group=self.group)

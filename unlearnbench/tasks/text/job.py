@@ -34,7 +34,7 @@ from unlearnbench.core.outcome import Diverged, Outcome, as_records, cost_scores
 from unlearnbench.core.plan import JobPlan
 from unlearnbench.core.relearn import RelearnSettings
 from unlearnbench.runtime import progress
-from unlearnbench.runtime.cache import ModelCache, cache_key, cached_or_trained
+from unlearnbench.runtime.cache import ModelCache, cache_key, cached_or_trained, derived_key
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.seeding import global_seed, streams
 from unlearnbench.runtime.train import NonFiniteStep
@@ -169,7 +169,7 @@ class TextBench(Bench):
     def kept(self, original_key: str, title: str, parts: dict, compute) -> dict:
         """`compute()`'s result for the M_o under `original_key` and `parts`, from the model cache or computed and
         published there (an entry of no tensors whose meta holds it), so that a sweep computes it once."""
-        key = cache_key({"original": original_key, **parts})
+        key = derived_key(original_key, "text_kept", parts)
         provided = cached_or_trained(self.cache, key, lambda: ({}, {"kept": compute()}), progress.stage(title),
                                      lambda meta: "computed",
                                      group=self.fabric if self.fabric.world_size > 1 else None)
