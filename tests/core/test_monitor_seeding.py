@@ -81,6 +81,44 @@ def test_memory_of_a_short_lived_array_is_seen_by_the_sampler():
     assert cost.memory_gib > 0.2
 
 
+HOLDER = """
+import subprocess, sys
+block = bytearray(b"x" * (100 * 2**20))  # written: resident
+if sys.argv[1] == "parent":
+    child = subprocess.Popen([sys.executable, "-c", sys.argv[2], "child", ""], stdout=sys.stdout)
+print("resident", flush=True)
+sys.stdin.read()  # until the test closes our stdin
+"""
+
+
+@pytest.mark.processes
+def test_the_tree_memory_counts_children_and_grandchildren_as_psutil_does(monkeypatch):
+    """The memory of the process tree read through Linux's per-thread children files equals psutil's walk of every
+    process's parent, a child and a grandchild (100 MiB each) included."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from unlearnbench.runtime import monitor
+
+    if not monitor.CHILDREN_FILES:
+        pytest.skip("no /proc/<pid>/task/<tid>/children here: tree_rss is psutil's walk")
+    me = psutil.Process()
+    alone = monitor.tree_rss(me)
+    parent = subprocess.Popen([sys.executable, "-c", HOLDER, "parent", HOLDER], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert [parent.stdout.readline() for _ in range(2)] == ["resident\n"] * 2
+        fast = monitor.tree_rss(me)
+        monkeypatch.setattr(monitor, "CHILDREN_FILES", False)
+        walked = monitor.tree_rss(me)
+    finally:
+        parent.communicate("")
+    assert fast - alone > 2 * 100 * 2**20
+    assert fast == pytest.approx(walked, abs=8 * 2**20)  # this process's own pages may move between the reads
+
+
 def test_memory_and_time_are_numbers_for_an_empty_block():
     with CostMonitor(torch.device("cpu")).measure() as cost:
         pass
