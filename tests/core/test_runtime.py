@@ -118,6 +118,22 @@ def test_cpu_precisions_and_local_strategies_pass_the_check(precision):
         assert check_runtime(*runtime([f"strategy={strategy}", f"precision={precision}"]), "cpu") == "cpu"
 
 
+def test_spawned_ranks_start_as_the_strategy_says_and_a_bad_start_method_is_one_line():
+    """ddp_spawn's ranks are forks of a preloaded forkserver by default; Fabric's own spawn stays one option away. A
+    start method the platform lacks, or one given to a strategy that spawns no ranks, is refused in one line."""
+    from unlearnbench.runtime.fabric import fabric_strategy
+
+    strategy, _ = runtime(["strategy=ddp_spawn"])
+    assert fabric_strategy(strategy)._start_method == "forkserver"
+    assert fabric_strategy(runtime(["strategy=ddp_spawn", "strategy.start_method=spawn"])[0])._start_method == "spawn"
+    for overrides, valid in ((["strategy=ddp_spawn", "strategy.start_method=thread"], "forkserver; got 'thread'"),
+                             (["strategy=ddp", "strategy.start_method=spawn"], "must be null")):
+        with pytest.raises(UserError) as error:
+            fabric_strategy(runtime(overrides)[0])
+        assert "'strategy.start_method'" in str(error.value) and valid in str(error.value)
+        assert "\n" not in str(error.value)
+
+
 def test_ddp_is_allowed_when_slurm_started_the_ranks(monkeypatch):
     for key, value in {"SLURM_NTASKS": "2", "SLURM_JOB_NAME": "sweep", "SLURM_NODELIST": "n1",
                        "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}.items():

@@ -200,6 +200,7 @@ class Strategy:
     timeout_s: float = ranged(1800.0, POSITIVE)
     max_devices: int | None = None
     relaunches_script: bool = False  # starts ranks >= 1 by re-running sys.argv: only safe under SLURM
+    start_method: str | None = None  # how Fabric starts the ranks it spawns: multiprocessing's spawn, forkserver, fork
     needs_cuda: bool = False
     module: str | None = None  # Python package it needs
     extra: str | None = None  # the unlearnbench extra that installs it

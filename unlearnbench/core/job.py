@@ -105,10 +105,21 @@ def ranks_outcome(cfg: DictConfig, fabric: Fabric, plan: JobPlan) -> Outcome:
     records before it (`Outcome.capture`)."""
     if not spawned(fabric):
         return launch(fabric, execute, plan)
+    preload_ranks(plan)
     try:
         return supervise(lambda: make_fabric(cfg.strategy, cfg.precision, cfg.runtime.accelerator), execute, plan)
     except RankDied as error:
         return Outcome(error=str(error))
+
+
+def preload_ranks(plan: JobPlan) -> None:
+    """What a forkserver that starts this job's ranks imports once, before the first rank (`strategy.start_method`
+    forkserver): the job loop, its task's bench and what they import (torch, Lightning). Each rank is then a fork of
+    a process that has them, not an interpreter that imports them again. A server already running keeps its own."""
+    import multiprocessing
+
+    bench_module = plan.config["task"]["bench"].rpartition(".")[0]
+    multiprocessing.set_forkserver_preload([execute.__module__, bench_module])
 
 
 def run_job(cfg: DictConfig) -> dict:

@@ -73,8 +73,9 @@ def fabric_precision(precision) -> dict:
 
 def fabric_strategy(strategy):
     """Fabric's strategy: a data-parallel one built from Fabric's registry with `strategy.timeout_s` as its process
-    group's timeout; any other by name."""
+    group's timeout (and `strategy.start_method`, where set, as the way its ranks start); any other by name."""
     import inspect
+    import multiprocessing
     from datetime import timedelta
 
     from lightning_fabric.strategies import STRATEGY_REGISTRY
@@ -84,7 +85,17 @@ def fabric_strategy(strategy):
     entry = STRATEGY_REGISTRY[strategy.fabric]
     if "timeout" not in inspect.signature(entry["strategy"]).parameters:
         return strategy.fabric
-    return entry["strategy"](**entry["init_params"], timeout=timedelta(seconds=strategy.timeout_s))
+    options = dict(entry["init_params"])
+    start_method = getattr(strategy, "start_method", None)
+    if start_method is not None:
+        methods = multiprocessing.get_all_start_methods()
+        spawns = options.get("start_method") in methods  # not SLURM's or torchrun's ranks, nor re-run scripts
+        if not spawns or start_method not in methods:
+            where = f"one of {', '.join(methods)}" if spawns else "null: it spawns no ranks of its own"
+            raise UserError(f"the 'strategy.start_method' parameter of strategy {strategy.name} must be {where}; "
+                            f"got {start_method!r} instead")
+        options["start_method"] = start_method
+    return entry["strategy"](**options, timeout=timedelta(seconds=strategy.timeout_s))
 
 
 def make_fabric(strategy, precision, accelerator: str) -> Fabric:
