@@ -20,8 +20,8 @@ demo: install
 test: install  # one worker more than the cores (pytest-xdist, tests/conftest.py), each test file on one worker (module fixtures built once), the longest files first (tests/conftest.py)
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
 
-test-fast: install  # the inner loop: the tests that start no process (a test that does fails, saying to mark it)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not processes" --durations=10
+test-fast: install  # the inner loop: the tests that start no process (a test that does fails, saying to mark it) and are not slow
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not processes and not slow" --durations=10
 
 lint: install
 	$(BIN)/ruff check unlearnbench conf tests benchmarks scripts hydra_plugins docs/examples

@@ -141,12 +141,12 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return cores if config.option.markexpr == FAST else cores + 1
 
 
-FAST = "not processes"  # `make test-fast`: the tests that start no process
+FAST = "not processes and not slow"  # `make test-fast`: the tests that start no process and run few jobs
 
 
 @pytest.fixture(scope="session", autouse=True)
 def no_process_in_the_fast_set(request):
-    """Under `-m "not processes"`, a test that starts a process anyway fails and says how to mark it: the fast set
+    """Under `make test-fast`'s `-m`, a test that starts a process anyway fails and says how to mark it: the fast set
     stays the set of tests that start none."""
     if request.config.option.markexpr != FAST:
         yield

@@ -4,7 +4,9 @@ pool.
 Why loky and not submitit's local executor: loky keeps its workers for the whole sweep, so a worker imports torch
 and Lightning once (7–8 s) and then runs job after job, as the basic launcher's one process does, while submitit
 starts a new Python process for every job: on digits jobs of a few seconds that start-up would cost more than the
-parallelism wins (docs/launchers.md has the measurement).
+parallelism wins (docs/launchers.md has the measurement). The workers are forks of a multiprocessing forkserver
+that has imported the job loop and the task's bench (and with them torch and Lightning) once: N workers cost one
+import, not N. The server imports and runs nothing else, so forking it is safe, CUDA included.
 
 Placement. With GPUs, `workers` defaults to one per GPU (`jobs_per_gpu` per GPU for small jobs; a job of
 `strategy.devices=d` gets d GPUs), and each worker sees only its own GPUs: CUDA_VISIBLE_DEVICES is set in the
@@ -26,7 +28,8 @@ import logging
 import os
 import signal
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -42,6 +45,7 @@ from hydra_plugins.unlearnbench_launcher.resume import complete_jobs
 log = logging.getLogger(__name__)
 
 SLOTS = ".workers"  # in the sweep folder: one lock file per worker slot
+IDLE_S = 300  # an idle worker ends after this long (joblib's loky default): the next sweep of this process reuses it
 
 
 class Placement(NamedTuple):  # not a dataclass: Hydra's plugin scan executes this module outside sys.modules
@@ -161,9 +165,7 @@ class LocalLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from joblib import Parallel, delayed
-
-        from unlearnbench.runtime import interrupt, progress
+        from unlearnbench.runtime import progress
 
         sweep = Path(str(self.config.hydra.sweep.dir))
         sweep.mkdir(parents=True, exist_ok=True)
@@ -180,19 +182,43 @@ class LocalLauncher(Launcher):
         workers = min(placement.workers, len(pending))
         log.info("local: %d job(s), %s, into %s", len(pending), placement.describe(), sweep)
         state = Singleton.get_state()
-        calls = (delayed(run_in_worker)(initial_job_idx + i, list(job_overrides[i]), self.hydra_context, self.config,
-                                        self.task_function, state, placement, workers > 1)
-                 for i in pending)
-        finished = Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered")(calls)
+        calls = [(run_in_worker, initial_job_idx + i, list(job_overrides[i]), self.hydra_context, self.config,
+                  self.task_function, state, placement, workers > 1) for i in pending]
+        for index, returned in self.run(calls, workers):
+            returns[index - initial_job_idx] = returned
+            progress.job_finished(returned._return_value if returned.status == JobStatus.COMPLETED else None,
+                                  by_launcher=True)
+        return returns
+
+    def run(self, calls: list[tuple], workers: int) -> Iterator[tuple[int, JobReturn]]:
+        """Each call's (index, JobReturn), in the order they finish: in this process with one worker, else in loky's
+        pool over a preloaded forkserver (module docstring). Interrupted, or with the pool broken, the workers are
+        ended at once."""
+        from unlearnbench.runtime import interrupt
+
+        if workers == 1:
+            for function, *arguments in calls:
+                yield function(*arguments)
+            return
+        pool = worker_pool(workers, str(self.config.task.bench))
         try:
             with interrupt.immediately():  # this process only waits: Ctrl-C or SIGTERM stops it at once
-                for index, returned in finished:
-                    returns[index - initial_job_idx] = returned
-                    progress.job_finished(returned._return_value if returned.status == JobStatus.COMPLETED
-                                          else None, by_launcher=True)
-        except BaseException:  # interrupted, or the pool failed: end the pool's work and workers now
+                for future in as_completed([pool.submit(*call) for call in calls]):
+                    yield future.result()
+        except BaseException:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                finished.close()
+                pool.shutdown(wait=False, kill_workers=True)
             raise
-        return returns
+
+
+def worker_pool(workers: int, bench: str):
+    """loky's reusable pool of `workers` processes forked from a forkserver that imports the job loop and the task's
+    bench (`bench`, a dotted path) once. A forkserver already running keeps what it imported."""
+    import multiprocessing
+
+    from joblib.externals.loky import get_reusable_executor
+
+    multiprocessing.set_forkserver_preload(["unlearnbench.core.job", bench.rpartition(".")[0],
+                                           "hydra_plugins.unlearnbench_launcher.local"])
+    return get_reusable_executor(max_workers=workers, context="forkserver", timeout=IDLE_S)

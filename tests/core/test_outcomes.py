@@ -22,6 +22,8 @@ from __future__ import annotations
 import pytest
 from helpers import TINY, image_methods, run_in_process
 
+pytestmark = pytest.mark.slow  # 24 methods' whole jobs over three training seeds: `make test` runs them, test-fast not
+
 SEEDS = (0, 1, 2)
 STRONG_FORGETTERS = ("finetune", "gradient_ascent", "neggrad_plus", "salun", "l1_sparse")  # train on D_r or ascend
 RELABELLERS = ("random_labels", "scrub")  # D_f relabelled or pushed away from the teacher, D_r kept

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from fabricate import write_cifar100
 from helpers import TINY, image_methods, run_in_process
+
+pytestmark = pytest.mark.slow  # every method's whole job, twice: make test runs them
 
 
 def by_key(records: list[dict]) -> dict:

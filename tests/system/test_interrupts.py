@@ -99,7 +99,7 @@ def test_ctrl_c_inside_a_long_training_stage_stops_within_a_step(tmp_path):
     assert not list((tmp_path / "sweep").glob("*/result.json"))
 
 
-MOMENTS = 30
+MOMENTS = 20
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,8 @@ from unlearnbench.report.compute.forget_quality import read_examples
 from unlearnbench.tasks.text import metrics
 from unlearnbench.tasks.text.catalogue import MUSE_CATALOGUE
 
+pytestmark = pytest.mark.slow  # eight whole jobs of the MUSE, WMDP and TOFU presets: make test runs them
+
 ONE_THREAD = ["runtime.threads=1", "runtime.print_table=false"]
 MUSE, WMDP = ["experiment=muse", "dataset.articles=8", *ONE_THREAD], ["experiment=wmdp", *ONE_THREAD]
 TOFU = ["experiment=tofu", *ONE_THREAD]  # test_text_relearn's and test_text_divergence's models, from the cache
