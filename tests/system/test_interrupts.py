@@ -20,7 +20,7 @@ from pathlib import Path
 
 import forkserver
 import pytest
-from helpers import REPO, TINY, results
+from helpers import QUICK_REPORT, REPO, TINY, results, with_defaults
 
 INTERRUPTED = "unlearnbench: interrupted; finished jobs are kept"
 
@@ -29,8 +29,8 @@ def start(args: list[str], root: Path, sweep: str = "sweep", cache: Path | None 
           **options) -> forkserver.Forked:
     """The sweep in a forked process whose SIGINT is Python's default (as in a terminal), whatever this one's is;
     its models in `root`'s own cache unless another is given; `env` adds to this process's environment."""
-    args = [*args, f"hydra.sweep.dir={root / sweep}", f"paths.cache_dir={cache or root / 'cache'}",
-            f"paths.data_dir={root / 'data'}"]
+    args = with_defaults([*args, f"hydra.sweep.dir={root / sweep}", f"paths.cache_dir={cache or root / 'cache'}",
+                          f"paths.data_dir={root / 'data'}"], QUICK_REPORT)
     options.setdefault("sigint_default", True)
     environment = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
     return forkserver.Forked(forkserver.server(), "unlearnbench", args, root, environment, **options)

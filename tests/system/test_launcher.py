@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import TINY, default_sigint, results, run_cli
+from helpers import QUICK_REPORT, TINY, default_sigint, results, run_cli, with_defaults
 
 from hydra_plugins.unlearnbench_launcher import local
 from unlearnbench.runtime.progress import SweepProgress
@@ -143,8 +143,8 @@ def interrupted_run(root: Path, how: str, cache: Path) -> dict:
     """The sweep INTERRUPTED started as a user starts it (its own process group, Python's default SIGINT). Ctrl-C,
     to the whole group (the workers too), once its first job has finished; SIGTERM, to the sweep alone, once a worker
     has started a job's stage (its lines so far are kept)."""
-    command = [str(Path(sys.executable).parent / "unlearnbench"), *INTERRUPTED, f"hydra.sweep.dir={root / 'sweep'}",
-               f"paths.cache_dir={cache}", f"paths.data_dir={root / 'data'}"]
+    command = [str(Path(sys.executable).parent / "unlearnbench"), *with_defaults(INTERRUPTED, QUICK_REPORT),
+               f"hydra.sweep.dir={root / 'sweep'}", f"paths.cache_dir={cache}", f"paths.data_dir={root / 'data'}"]
     before = len(results(root / "sweep"))
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
                                env={**os.environ, "PYTHONWARNINGS": "ignore"}, start_new_session=True,

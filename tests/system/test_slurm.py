@@ -19,7 +19,7 @@ from pathlib import Path
 
 import forkserver
 import pytest
-from helpers import REPO, TINY, results
+from helpers import QUICK_REPORT, REPO, TINY, results, with_defaults
 
 pytestmark = pytest.mark.processes  # every test here starts processes: the console script, ranks or a cluster
 
@@ -77,8 +77,8 @@ def cancel_leftovers(request, tmp_path):
 def command(args: list[str], root: Path, sweep: str, cache: str | Path = "cache") -> list[str]:
     """The console script's command line, its folders under `root` (`cache` may be elsewhere: conftest's
     `shared_cache`)."""
-    return [str(Path(sys.executable).parent / "unlearnbench"), *args, f"hydra.sweep.dir={root / sweep}",
-            f"paths.cache_dir={root / cache}", f"paths.data_dir={root / 'data'}"]
+    return [str(Path(sys.executable).parent / "unlearnbench"), *with_defaults(args, QUICK_REPORT),
+            f"hydra.sweep.dir={root / sweep}", f"paths.cache_dir={root / cache}", f"paths.data_dir={root / 'data'}"]
 
 
 def sweep(args: list[str], root: Path, env: dict, sweep: str, cache: str | Path = "cache",
