@@ -13,7 +13,7 @@ defaults moved to the authors' values).
 Not asserted, because no margin held: whether SSD, LFSSD, Bad Teacher or UNSIR lower the forget accuracy of one
 model (per run, SSD's D'_f accuracy ranged from 0.70 to 1.30 times the original's, UNSIR's up to 1.55 times; their
 mechanics are tested on constructed cases in test_methods_*.py). So they are not run here: that every method scores
-on every split of a full-class job is asserted by test_job_faults.py's job of every method, and in the random-sample
+on every split of a full-class job is asserted by test_cli.py's demo (every method, one job), and in the random-sample
 scenario by test_methods_all.py.
 """
 

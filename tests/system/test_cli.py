@@ -10,6 +10,7 @@ from helpers import REPO, TINY, results, run_cli, values
 from omegaconf import OmegaConf
 
 from unlearnbench.core.components import locate
+from unlearnbench.report.build import build_report
 
 pytestmark = pytest.mark.processes  # every test here starts processes: the console script, ranks or a cluster
 
@@ -26,11 +27,24 @@ def test_plain_unlearnbench_is_the_demo(tmp_path, shared_cache):
     registered = {p.stem for p in (REPO / "conf" / "method").glob("*.yaml")
                   if locate(OmegaConf.load(p)["_target_"]).task == "image_classification"}
     assert {r["method"] for r in result["records"] if r["role"] == "unlearned"} == registered
+    for method in registered:  # every method scored on every split
+        for split in ("forget_test", "retain_test", "forget_train", "retain_train"):
+            (accuracy,) = values(result, method=method, metric="acc", split=split)
+            assert 0.0 <= accuracy <= 1.0, (method, split)
     # the demo recipe learns digits on any machine: 0.898-0.960 in 24 runs (8 training seeds × 1 thread, 2
     # threads, kernels capped at SSE4.2) behind tests/core/test_outcomes.py's margins
     assert values(result, role="original", metric="acc", split="retain_test")[0] > 0.8
     assert result["numerics"]["id"] and result["numerics"]["device"] == "cpu"
     assert (tmp_path / "sweep" / "report" / "results.csv").is_file()
+    # its report.md, tables only, fits two screens: the leaderboard first, one line on what the grid cannot identify
+    build_report([tmp_path / "sweep"], tmp_path / "tables", figures=False)
+    lines = (tmp_path / "tables" / "report.md").read_text().splitlines()
+    assert len(lines) <= 80, len(lines)
+    assert lines.index("## Leaderboard") < lines.index("## Warnings")
+    assert sum("not identifiable from this grid: I = 1, J = 1" in line for line in lines) == 1
+    assert any(f"no pairwise test: a Wilcoxon–Holm test over {len(registered) - 1} methods needs "
+               f"{len(registered)} blocks, not 1: {len(registered)} training seeds" in line
+               for line in lines)  # every method but retrain (M_r itself)
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,11 @@ from unlearnbench.tasks.text.model import CausalLM
 from unlearnbench.tasks.text.scenario import ForgetEntities
 from unlearnbench.tasks.text.train import Items
 
-# Every kind of unit a loss averages over (tokens: grad_diff; rows, with a frozen reference and per-example draws:
-# idk_dpo; rows of hidden states: rmu; positions: undial), PDU's dual variable, updated from the global batch, and the
-# retain-only loop (text_finetune). NPO's and CE-U's losses average as idk_dpo's and grad_diff's do.
-METHODS = "methods=[grad_diff,idk_dpo,rmu,undial,pdu,text_finetune]"
+# Every kind of unit a loss averages over (tokens: M_o's and M_r's fine-tuning, as grad_diff's and text_finetune's
+# losses; rows, with a frozen reference and per-example draws: idk_dpo; rows of hidden states: rmu; positions:
+# undial) and PDU's dual variable, updated from the global batch. NPO's and CE-U's losses average as idk_dpo's and
+# the fine-tuning loss do.
+METHODS = "methods=[idk_dpo,rmu,undial,pdu]"
 CONTINUOUS = ("prob", "truth_ratio", "model_utility")  # EM, ES, ROUGE, KS and AUCs move in steps: not compared
 
 
