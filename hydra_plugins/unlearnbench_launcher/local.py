@@ -213,12 +213,11 @@ class LocalLauncher(Launcher):
 
 
 def worker_pool(workers: int, bench: str):
-    """loky's reusable pool of `workers` processes forked from a forkserver that imports the job loop and the task's
-    bench (`bench`, a dotted path) once. A forkserver already running keeps what it imported."""
-    import multiprocessing
-
+    """loky's reusable pool of `workers` processes forked from a forkserver that imports the job loop, the task's
+    bench (`bench`, a dotted path) and this module once."""
     from joblib.externals.loky import get_reusable_executor
 
-    multiprocessing.set_forkserver_preload(["unlearnbench.core.job", bench.rpartition(".")[0],
-                                           "hydra_plugins.unlearnbench_launcher.local"])
+    from unlearnbench.core.plan import preload_forkserver
+
+    preload_forkserver(bench, "hydra_plugins.unlearnbench_launcher.local")
     return get_reusable_executor(max_workers=workers, context="forkserver", timeout=IDLE_S)

@@ -19,7 +19,7 @@ from unlearnbench.core.result import json_safe, publish
 
 TESTS = Path(__file__).resolve().parent.parent
 FAULTY = {"crashing": "faulty.Crashing", "exploding": "faulty.Exploding"}
-SCORED = ("finetune", "ssd")  # the methods beside the faulty ones: one before them, one after
+SCORED = ("finetune", "ssd")  # the methods beside the faulty ones (every method in one job: test_cli.py's demo)
 
 
 def faulty_config_dir(root: Path, **extra: dict) -> Path:
@@ -43,19 +43,18 @@ def run_with_faulty(args: list[str], tmp_path: Path, **kwargs) -> subprocess.Com
 
 
 @pytest.fixture(scope="module")
-def all_methods_job(tmp_path_factory, shared_cache):
-    """Two methods between a crashing and a diverging one, in one job, through the CLI (every registered method in
-    one job, the demo's shape: test_cli.py's demo)."""
-    root = tmp_path_factory.mktemp("all")
+def faulty_job(tmp_path_factory, shared_cache):
+    """A crashing and a diverging method between two others, in one job, through the CLI."""
+    root = tmp_path_factory.mktemp("faulty")
     run = run_with_faulty([f"--config-dir={faulty_config_dir(root)}", *TINY, f"paths.cache_dir={shared_cache}",
-                           f"methods=[{','.join(SCORED[:1])},crashing,exploding,{','.join(SCORED[1:])}]"], root)
+                           "methods=[finetune,crashing,exploding,ssd]"], root)
     ((_, result),) = results(root / "sweep").items()
     return run, result
 
 
 @pytest.mark.processes
-def test_one_crashing_and_one_diverging_method_leave_the_others_scored(all_methods_job):
-    _, result = all_methods_job
+def test_one_crashing_and_one_diverging_method_leave_the_others_scored(faulty_job):
+    _, result = faulty_job
     assert result["status"] == "complete" and result["error"] is None
     failures = {f["method"]: f["error"] for f in result["failures"]}
     assert set(failures) == {"crashing", "exploding"}
@@ -73,8 +72,8 @@ def test_one_crashing_and_one_diverging_method_leave_the_others_scored(all_metho
 
 
 @pytest.mark.processes
-def test_method_failures_are_reported_in_one_line_each_and_the_sweep_exits_non_zero(all_methods_job):
-    run, _ = all_methods_job
+def test_method_failures_are_reported_in_one_line_each_and_the_sweep_exits_non_zero(faulty_job):
+    run, _ = faulty_job
     assert run.returncode == 1
     assert "Traceback" not in run.stderr + run.stdout
     lines = [line for line in run.stderr.splitlines() if "FAILED" in line]

@@ -31,7 +31,7 @@ from unlearnbench.core.components import locate
 from unlearnbench.core.errors import FILE_ONLY
 from unlearnbench.core.files import RESULT
 from unlearnbench.core.outcome import Diverged, Outcome, job_ended, unit_name
-from unlearnbench.core.plan import JobPlan, chosen, method_config, plan_job
+from unlearnbench.core.plan import JobPlan, chosen, method_config, plan_job, preload_forkserver
 from unlearnbench.core.relearn import Relearning
 from unlearnbench.core.result import failed_result, finished, publish, read_result, result_document
 from unlearnbench.runtime import interrupt, progress
@@ -105,21 +105,11 @@ def ranks_outcome(cfg: DictConfig, fabric: Fabric, plan: JobPlan) -> Outcome:
     records before it (`Outcome.capture`)."""
     if not spawned(fabric):
         return launch(fabric, execute, plan)
-    preload_ranks(plan)
+    preload_forkserver(plan.config["task"]["bench"])  # strategy.start_method=forkserver's ranks
     try:
         return supervise(lambda: make_fabric(cfg.strategy, cfg.precision, cfg.runtime.accelerator), execute, plan)
     except RankDied as error:
         return Outcome(error=str(error))
-
-
-def preload_ranks(plan: JobPlan) -> None:
-    """What a forkserver that starts this job's ranks imports once, before the first rank (`strategy.start_method`
-    forkserver): the job loop, its task's bench and what they import (torch, Lightning). Each rank is then a fork of
-    a process that has them, not an interpreter that imports them again. A server already running keeps its own."""
-    import multiprocessing
-
-    bench_module = plan.config["task"]["bench"].rpartition(".")[0]
-    multiprocessing.set_forkserver_preload([execute.__module__, bench_module])
 
 
 def run_job(cfg: DictConfig) -> dict:

@@ -119,3 +119,12 @@ def refuse_foreign_metrics(metrics: dict, task: str, dataset: str) -> None:
         if served != task:
             raise invalid(f"evaluation.metrics.{slot}", f"dataset {dataset}",
                           f"a metric of the {task} task", f"{metric['_target_']}, a metric of the {served} task")
+
+
+def preload_forkserver(bench: str, *modules: str) -> None:
+    """What a multiprocessing forkserver started from this process imports once, before its first fork: the job loop,
+    the task's bench (`bench`, a dotted path) and what they import (torch, Lightning), and `modules`. A rank or a
+    launcher's worker forked from it then does not import them again. A server already running keeps its own."""
+    import multiprocessing
+
+    multiprocessing.set_forkserver_preload(["unlearnbench.core.job", bench.rpartition(".")[0], *modules])
