@@ -151,21 +151,23 @@ def test_console_script_adds_multirun_unless_asked_otherwise(arguments, expected
 
 @pytest.mark.parametrize("overrides", [["dataset=cifar20", "scenario=sub_class", "model=vit"], ["experiment=foltr"]])
 def test_a_job_without_method_reads_each_method_config_as_hydra_composes_it(overrides):
-    """A job that runs every method reads their YAMLs and merges each into its own config (milliseconds) instead of
-    composing the whole config per method: the same method configs, resolved the same way."""
+    """A job that runs every method reads their YAMLs and puts each into a copy of its own config (milliseconds)
+    instead of composing the whole config per method: the same method configs, resolved the same way."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
     from unlearnbench.core.components import target_of
     from unlearnbench.core.job import method_config
+    from unlearnbench.core.plan import scratch_copy
 
     with initialize_config_module("unlearnbench.conf", version_base="1.3"):
         cfg = compose("config", overrides=overrides)
         loader = GlobalHydra.instance().config_loader()
         names = loader.get_group_options("method")
         assert len(names) == len(options("method"))
+        job = scratch_copy(cfg)
         for name in names:
-            fast = method_config(cfg, loader, name)
+            fast = method_config(job, loader, name)
             composed = compose("config", overrides=[*overrides, f"+method={name}"]).method
             assert OmegaConf.to_container(fast) == OmegaConf.to_container(composed), name
             if target_of(OmegaConf.to_container(fast), "method").task == cfg.task.name:

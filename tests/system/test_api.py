@@ -1,8 +1,10 @@
-"""Use from Python (unlearnbench.api): the docs' notebook-sized example run as it is from a folder outside the
+"""Use from Python (unlearnbench.api): the docs' notebook-sized example run from a folder outside the
 repository, `run_sweep`'s resume, failures and refusals, and `load_report`."""
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import shutil
 import signal
@@ -14,14 +16,19 @@ from types import SimpleNamespace
 import forkserver
 import pandas as pd
 import pytest
-from helpers import REPO, default_sigint
+from helpers import REPO, TINY, default_sigint
 
 import unlearnbench
 from unlearnbench import SweepError, load_report, run_sweep
 
 EXAMPLE = REPO / "docs" / "examples" / "python" / "quick_study.py"
-# The example's own overrides, to call run_sweep again on its folder.
-OVERRIDES = ["experiment=seed_sensitivity", "study.I=3", "study.J=2", "methods=[ssd,finetune]", "hydra/launcher=local"]
+# The example's own overrides, to call run_sweep again on its folder, and what the test adds to them: the tiny digits
+# setting (the docs' default recipe trains nine models at full width; test_report_sweep.py's killed sweep has the same
+# jobs' tiny models in the suite's cache) and a 10-split null for the forget quality (its 100 splits are most of the
+# report's time; no assertion reads them).
+EXAMPLE_OVERRIDES = ["experiment=seed_sensitivity", "study.I=3", "study.J=2", "methods=[ssd,finetune]",
+                     "hydra/launcher=local"]
+OVERRIDES = [*EXAMPLE_OVERRIDES, *TINY, "report.permutations=10"]
 
 
 @pytest.fixture
@@ -43,12 +50,21 @@ def clean_environment() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith(("UNLEARNBENCH_", "PYTHONPATH"))}
 
 
+def tiny(source: str) -> str:
+    """The example's source, its `run_sweep` overrides (checked to be `EXAMPLE_OVERRIDES`) followed by TINY's."""
+    (call,) = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+               and getattr(node.func, "id", None) == "run_sweep"]
+    assert ast.literal_eval(call.args[0]) == EXAMPLE_OVERRIDES, "the example's overrides changed: update the test"
+    listed = ast.get_source_segment(source, call.args[0])
+    return source.replace(listed, json.dumps(OVERRIDES))
+
+
 @pytest.fixture(scope="module")
 def example(tmp_path_factory, shared_cache):
-    """The docs' example run as a script in a folder of its own; its models in the suite's cache (as a user's
-    UNLEARNBENCH_CACHE_DIR would put them elsewhere)."""
+    """The docs' example run as a script in a folder of its own, on tiny models (`tiny`); its models in the suite's
+    cache (as a user's UNLEARNBENCH_CACHE_DIR would put them elsewhere)."""
     folder = tmp_path_factory.mktemp("notebook")
-    shutil.copy(EXAMPLE, folder / EXAMPLE.name)
+    (folder / EXAMPLE.name).write_text(tiny(EXAMPLE.read_text()))
     run = subprocess.run([sys.executable, EXAMPLE.name], cwd=folder, capture_output=True, text=True, timeout=900,
                          env={**clean_environment(), "UNLEARNBENCH_CACHE_DIR": str(shared_cache)})
     return folder, run

@@ -1,25 +1,51 @@
 """The prepared GPU check (`benchmarks/device_check.py`) run on the CPU: a mode that runs here passes, modes that
-need a GPU or a package say CANNOT with the job's reason, and the Markdown table holds the same rows."""
+need a GPU or a package say CANNOT with the job's reason, and the Markdown table holds the same rows.
+
+The script runs in this process and its jobs in processes forked from the test's fork server (forkserver.py): the
+same console-script commands without a fresh interpreter's imports for each of its five jobs."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
+from pathlib import Path
 
+import forkserver
 import pytest
 from helpers import REPO
 
+UNLEARNBENCH = str(Path(sys.executable).parent / "unlearnbench")
+
+
+def device_check():
+    spec = importlib.util.spec_from_file_location("device_check_script", REPO / "benchmarks" / "device_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 @pytest.mark.processes
-def test_the_device_check_says_pass_or_cannot_with_the_reason(tmp_path):
+def test_the_device_check_says_pass_or_cannot_with_the_reason(tmp_path, monkeypatch, capsys):
+    check = device_check()
+
+    def forked(command: list[str], timeout: int) -> subprocess.CompletedProcess:
+        assert command[0] == UNLEARNBENCH, command  # (--no-throughput: no other program)
+        return forkserver.run("unlearnbench", command[1:], tmp_path, dict(os.environ), timeout=timeout)
+
     out = tmp_path / "check.md"
-    run = subprocess.run([sys.executable, str(REPO / "benchmarks" / "device_check.py"), "--accelerator", "cpu",
-                          "--precisions", "32-true,16-mixed", "--strategies", "deepspeed_stage_2", "--images", "12",
-                          "--no-throughput", "--text-cases", "qlora,fsdp", "--text-precision", "32-true",
-                          "--out", str(out)], capture_output=True, text=True, timeout=600,
-                         cwd=tmp_path)
-    rows = {line.split("  ")[0].strip(): line for line in run.stdout.splitlines() if "  " in line}
-    assert "PASS" in rows["precision 32-true"], run.stdout + run.stderr[-2000:]
+    monkeypatch.setattr(check, "run", forked)
+    monkeypatch.setattr(sys, "argv", [
+        "device_check.py", "--accelerator", "cpu", "--precisions", "32-true,16-mixed", "--strategies",
+        "deepspeed_stage_2", "--images", "12", "--no-throughput", "--text-cases", "qlora,fsdp", "--text-precision",
+        "32-true", "--out", str(out)])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        check.main()
+    printed = capsys.readouterr()
+    rows = {line.split("  ")[0].strip(): line for line in printed.out.splitlines() if "  " in line}
+    assert "PASS" in rows["precision 32-true"], printed.out + printed.err[-2000:]
     assert "CANNOT" in rows["precision 16-mixed"] and "needs a CUDA GPU" in rows["precision 16-mixed"]
     strategy = rows["strategy deepspeed_stage_2 (1 rank, bf16-mixed)"]
     assert "CANNOT" in strategy and "needs" in strategy
@@ -28,6 +54,6 @@ def test_the_device_check_says_pass_or_cannot_with_the_reason(tmp_path):
     assert "CANNOT" in qlora and "bitsandbytes" in qlora and "a CUDA GPU" in qlora
     fsdp = rows["text fsdp (1 rank, 32-true)"]  # the text job under FSDP: its strategy's own line
     assert "CANNOT" in fsdp and "strategy fsdp needs a CUDA GPU" in fsdp
-    assert run.returncode == 0 and "device check: 1 passed, 0 failed, 5 cannot run here" in run.stdout
+    assert exited.value.code == 0 and "device check: 1 passed, 0 failed, 5 cannot run here" in printed.out
     table = out.read_text()
     assert "| precision 16-mixed | CANNOT |" in table and "| precision 32-true | PASS |" in table

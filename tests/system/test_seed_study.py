@@ -3,12 +3,18 @@ and the table docs/seed-study.md shows; and the `methods=[…]` option it relies
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
+import os
 import re
 import subprocess
 import sys
+import unittest.mock
 from pathlib import Path
+from types import SimpleNamespace
 
+import forkserver
 import pandas as pd
 import pytest
 from helpers import TINY, results, run_cli
@@ -28,16 +34,35 @@ def study_script():
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory, shared_cache):
-    """The script on 3 training × 2 unlearning seeds. Its sweeps run under the basic launcher (a later
-    `hydra/launcher` wins over the script's `local`): the launcher does not change a job's records
-    (test_launcher.py), and on a busy machine two workers' start-up would cost more than their parallelism wins."""
+    """The script on 3 training × 2 unlearning seeds, its `main` in this process and its two sweeps forked from the
+    test's fork server (forkserver.py: the console-script commands it runs, without an interpreter's imports each).
+    Its sweeps run under the basic launcher (a later `hydra/launcher` wins over the script's `local`): the launcher
+    does not change a job's records (test_launcher.py), and on a busy machine two workers' start-up would cost more
+    than their parallelism wins."""
     root = tmp_path_factory.mktemp("study")
-    command = [sys.executable, str(REPO / "scripts" / "seed_study.py"), "--out", str(root / "study"),
-               "--train-seeds", "3", "--unlearn-seeds", "2", "--methods", "ssd,finetune",
-               f"paths.cache_dir={shared_cache}", f"paths.data_dir={root / 'data'}", "report.target_se=0.02", *TINY,
-               "hydra/launcher=basic", "report.figures=false"]  # the sweeps' own reports; the study's draws its figure
-    run = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=root)
-    return root / "study", run
+    script = study_script()
+
+    def forked(command: list[str], check: bool) -> subprocess.CompletedProcess:
+        assert command[0] == str(Path(sys.executable).parent / "unlearnbench") and check, command
+        done = forkserver.run("unlearnbench", command[1:], root, dict(os.environ), timeout=900)
+        if done.returncode:
+            raise subprocess.CalledProcessError(done.returncode, command, done.stdout, done.stderr)
+        return done
+
+    script.subprocess = SimpleNamespace(run=forked)
+    # report.figures=false: the sweeps' own reports; the study's report draws its figure
+    argv = ["seed_study.py", "--out", str(root / "study"), "--train-seeds", "3", "--unlearn-seeds", "2", "--methods",
+            "ssd,finetune", f"paths.cache_dir={shared_cache}", f"paths.data_dir={root / 'data'}",
+            "report.target_se=0.02", *TINY, "hydra/launcher=basic", "report.figures=false"]
+    printed, returncode, reason = io.StringIO(), 0, ""
+    with contextlib.chdir(root), contextlib.redirect_stdout(printed), unittest.mock.patch.object(sys, "argv", argv):
+        try:
+            script.main()
+        except SystemExit as stop:  # the script's own refusal or failure
+            returncode, reason = stop.code if isinstance(stop.code, int) else 1, str(stop.code)
+        except subprocess.CalledProcessError as failed:  # a sweep's
+            returncode, reason = failed.returncode, failed.stderr
+    return root / "study", SimpleNamespace(returncode=returncode, stdout=printed.getvalue(), stderr=reason)
 
 
 @pytest.mark.processes
