@@ -14,9 +14,10 @@ imported stays imported (the parent's state at fork: nothing of a job's state, w
 Safe to fork: the server imports modules and runs nothing. The only threads they start are OpenBLAS's pools (NumPy,
 SciPy) and pyarrow's jemalloc background thread, and both libraries handle fork (their atfork handlers quiesce the
 pools; jemalloc's child runs without background threads). Where the installed script itself is the subject, the tests
-start it as a shell would: the demo, the extending example, a local sweep stopped by signals, the Python example
-(and the processes that the console script starts in turn are real interpreters wherever it runs: launcher workers,
-SLURM's tasks, spawned ranks).
+start it as a shell would: the demo, the extending example, a local sweep stopped by signals, run_sweep stopped by
+Ctrl-C (and the processes that the console script starts in turn are real interpreters wherever it runs: launcher
+workers, SLURM's tasks, spawned ranks). A forked `python -m unlearnbench` has that main module's spec, as the
+interpreter gives it, so that multiprocessing's spawned processes do not run the command again.
 
 Protocol (a SOCK_SEQPACKET socketpair): the client sends one JSON request with its stdin, stdout and stderr as file
 descriptors; the server answers {"pid": N}, and {"exit": N, "returncode": R} when that process ends.
@@ -25,6 +26,7 @@ descriptors; the server answers {"pid": N}, and {"exit": N, "returncode": R} whe
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import selectors
@@ -133,7 +135,12 @@ def become(request: dict, fds: list[int]) -> None:
         setattr(sys, f"__{name}__", stream)
     sys.stdin = sys.__stdin__ = os.fdopen(0, "r", closefd=False)
     sys.argv[:] = [request["argv0"], *request["args"]]
-    sys.modules["__main__"].__file__ = request["argv0"]  # what a spawned process (ddp_spawn, loky) re-imports
+    main = sys.modules["__main__"]
+    main.__file__ = request["argv0"]  # what a spawned process (ddp_spawn, loky's workers) re-imports as __mp_main__
+    # ...unless, as after `python -m unlearnbench`, the main module has a spec named `<package>.__main__`: then
+    # multiprocessing imports nothing for it (its body would run the command again)
+    module = request["program"] == "-m unlearnbench"
+    main.__spec__ = importlib.util.find_spec("unlearnbench.__main__") if module else None
 
 
 def run_command(request: dict) -> None:
@@ -349,11 +356,8 @@ if __name__ == "__main__":
     INHERITED_SIGINT = signal.getsignal(signal.SIGINT)
     BASE_PATH = [p for p in sys.path[1:]
                  if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
-    import importlib
-
     for name in PRELOAD:
         importlib.import_module(name)
-    del importlib
     channel.send(b"ready")
     request = serve(channel)
     if request is not None:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import io
 import json
 import os
 import subprocess
 import sys
+import traceback
+import types
+import unittest.mock
 from pathlib import Path
 
 import forkserver
@@ -109,6 +113,35 @@ def run_cli(args: list[str], tmp_path: Path, sweep: str = "sweep", timeout: int 
         return forkserver.run(program, args, tmp_path, env, timeout=timeout)
     return subprocess.run([str(Path(sys.executable).parent / program), *args], capture_output=True, text=True,
                           timeout=timeout, cwd=tmp_path, env=env)
+
+
+def forked_popen(command: list[str], **options) -> forkserver.Forked:
+    """`unlearnbench.api.run_sweep`'s `subprocess.Popen` of `python -m unlearnbench`, forked from the fork server
+    (forkserver.py: the same process without 5–8 s of imports)."""
+    assert command[:3] == [sys.executable, "-m", "unlearnbench"], command
+    return forkserver.Forked(forkserver.server(), "-m unlearnbench", command[3:], Path.cwd(), options["env"],
+                             new_session=options.get("start_new_session", False),
+                             merged=options.get("stderr") == subprocess.STDOUT)
+
+
+FORKING = types.SimpleNamespace(Popen=forked_popen, PIPE=subprocess.PIPE, STDOUT=subprocess.STDOUT)  # for api's
+
+
+def run_example(source: str, folder: Path, env: dict) -> subprocess.CompletedProcess:
+    """A Python example of the docs, as `python example.py` runs it in `folder` with the environment `env`, but in
+    this process: its `run_sweep` forks the sweep (`forked_popen`) instead of starting two interpreters. What it
+    prints is the stdout; an exception's traceback the stderr, with status 1."""
+    import unlearnbench.api
+
+    printed, status, error = io.StringIO(), 0, ""
+    with contextlib.chdir(folder), contextlib.redirect_stdout(printed), \
+            unittest.mock.patch.dict(os.environ, env, clear=True), \
+            unittest.mock.patch.object(unlearnbench.api, "subprocess", FORKING):
+        try:
+            exec(compile(source, str(folder / "example.py"), "exec"), {"__name__": "__main__"})
+        except Exception:
+            status, error = 1, traceback.format_exc()
+    return subprocess.CompletedProcess(["example.py"], status, printed.getvalue(), error)
 
 
 # A sweep's own report where a test reads neither its figures (1–2 s a sweep) nor its forgetting quality's

@@ -10,13 +10,10 @@ import shutil
 import signal
 import subprocess
 import sys
-from pathlib import Path
-from types import SimpleNamespace
 
-import forkserver
 import pandas as pd
 import pytest
-from helpers import REPO, TINY, default_sigint
+from helpers import FORKING, REPO, TINY, default_sigint, run_example
 
 import unlearnbench
 from unlearnbench import SweepError, load_report, run_sweep
@@ -33,17 +30,9 @@ OVERRIDES = [*EXAMPLE_OVERRIDES, *TINY, "report.permutations=10"]
 
 @pytest.fixture
 def forked(monkeypatch):
-    """run_sweep's `python -m unlearnbench` forked from the tests' fork server (forkserver.py: the same process
-    without 5–8 s of imports); the docs' example and the Ctrl-C test start real interpreters."""
-
-    def popen(command: list[str], **options):
-        assert command[:3] == [sys.executable, "-m", "unlearnbench"], command
-        return forkserver.Forked(forkserver.server(), "-m unlearnbench", command[3:], Path.cwd(), options["env"],
-                                 new_session=options.get("start_new_session", False),
-                                 merged=options.get("stderr") == subprocess.STDOUT)
-
-    monkeypatch.setattr(unlearnbench.api, "subprocess",
-                        SimpleNamespace(Popen=popen, PIPE=subprocess.PIPE, STDOUT=subprocess.STDOUT))
+    """run_sweep's `python -m unlearnbench` forked from the tests' fork server (helpers.forked_popen); the Ctrl-C test
+    starts real interpreters."""
+    monkeypatch.setattr(unlearnbench.api, "subprocess", FORKING)
 
 
 def clean_environment() -> dict:
@@ -61,12 +50,11 @@ def tiny(source: str) -> str:
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory, shared_cache):
-    """The docs' example run as a script in a folder of its own, on tiny models (`tiny`); its models in the suite's
-    cache (as a user's UNLEARNBENCH_CACHE_DIR would put them elsewhere)."""
+    """The docs' example run as a script in a folder of its own (helpers.run_example), on tiny models (`tiny`); its
+    models in the suite's cache (as a user's UNLEARNBENCH_CACHE_DIR would put them elsewhere)."""
     folder = tmp_path_factory.mktemp("notebook")
-    (folder / EXAMPLE.name).write_text(tiny(EXAMPLE.read_text()))
-    run = subprocess.run([sys.executable, EXAMPLE.name], cwd=folder, capture_output=True, text=True, timeout=900,
-                         env={**clean_environment(), "UNLEARNBENCH_CACHE_DIR": str(shared_cache)})
+    run = run_example(tiny(EXAMPLE.read_text()), folder,
+                      {**clean_environment(), "UNLEARNBENCH_CACHE_DIR": str(shared_cache)})
     return folder, run
 
 

@@ -271,22 +271,23 @@ def interrupted_after(line: str, args: list[str], root: Path, pause: float = 0.0
 
 
 @pytest.fixture(scope="module")
-def text_original(tmp_path_factory):
+def text_original(tmp_path_factory, shared_cache):
     """Ctrl-C within M_o's fine-tuning, what the cache and the sweep held then, and the same command run again to its
-    end in the same folder: its cache (M_o and M_r) and result.json serve the other stages."""
+    end in the same folder, with the suite's cache (experiment=tofu's models, which other files need too): its
+    models (M_o and M_r) and result.json serve the other stages."""
     root = tmp_path_factory.mktemp("text")
     stopped = interrupted_after("original model (training seed 0): epoch 2/20", TEXT, root)
     left = (len(list((root / "cache").glob("*/COMPLETE"))), list((root / "sweep").glob("*/result.json")))
-    rerun = start(TEXT, root)
+    rerun = start(TEXT, root, cache=shared_cache)
     _, stderr = rerun.communicate(600)
-    return root, stopped, left, rerun.returncode, stderr
+    return root, stopped, left, rerun.returncode, stderr, shared_cache
 
 
 @pytest.mark.processes
 def test_ctrl_c_inside_a_text_models_fine_tuning_stops_within_seconds_and_a_rerun_completes(text_original):
     """M_o's fine-tuning stops at its next batch, exits 130 in one line within 5 s, publishes no model and writes no
     result.json; the same command then completes in the same folder."""
-    root, (seconds, stdout, stderr, returncode), (cached, written), rerun_returncode, rerun_stderr = text_original
+    root, (seconds, stdout, stderr, returncode), (cached, written), rerun_returncode, rerun_stderr, _ = text_original
     assert seconds < 5
     assert_stopped_in_one_line(returncode, stdout, stderr)
     assert cached == 0 and not written
@@ -300,13 +301,13 @@ def test_ctrl_c_inside_a_text_stage_stops_within_seconds_and_caches_nothing_it_i
                                                                                            stage):
     """M_r's fine-tuning, a method's steps, the evaluation: each stops at its next batch (or generated token), exits
     130 in one line within 5 s, publishes no model it was training and writes no result.json. The models finished
-    before the stage come from the first case's cache."""
+    before the stage are copied from the cache of the first case's rerun."""
     line, extra, models = TEXT_STAGES[stage]
     (done,) = results(text_original[0] / "sweep").values()
     keys = {"original": [done["cache"]["original"]["key"]], "retrained": [e["key"] for e in done["cache"]["retrained"]]}
     copied = [key for model in models for key in keys[model]]
     for key in copied:
-        shutil.copytree(text_original[0] / "cache" / key, tmp_path / "cache" / key)
+        shutil.copytree(text_original[-1] / key, tmp_path / "cache" / key)
     seconds, stdout, stderr, returncode = interrupted_after(line, [*TEXT, *extra], tmp_path,
                                                             pause=0.5 if stage == "method" else 0.0)  # past set-up
     assert seconds < 5

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import REPO, plain_config, run_cli
+from helpers import REPO, plain_config, run_cli, run_example
 from lightning_fabric import Fabric
 
 from unlearnbench.core.job import JobPlan, execute
@@ -32,11 +29,11 @@ SWEPT = {"grad_ascent", "npo", "simnpo", "altpo", "text_retrain"}  # the example
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory, shared_cache):
+    """The docs' example run as a script in a folder of its own (helpers.run_example), its models in the suite's
+    cache."""
     folder = tmp_path_factory.mktemp("text")
-    shutil.copy(EXAMPLE, folder / EXAMPLE.name)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UNLEARNBENCH_", "PYTHONPATH"))}
-    run = subprocess.run([sys.executable, EXAMPLE.name], cwd=folder, capture_output=True, text=True, timeout=900,
-                         env={**env, "UNLEARNBENCH_CACHE_DIR": str(shared_cache)})
+    run = run_example(EXAMPLE.read_text(), folder, {**env, "UNLEARNBENCH_CACHE_DIR": str(shared_cache)})
     assert run.returncode == 0, run.stderr[-3000:]
     return folder / "runs" / "text_seeds", run
 
