@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import importlib.util
 import io
 import json
 import os
@@ -113,6 +114,27 @@ def run_cli(args: list[str], tmp_path: Path, sweep: str = "sweep", timeout: int 
         return forkserver.run(program, args, tmp_path, env, timeout=timeout)
     return subprocess.run([str(Path(sys.executable).parent / program), *args], capture_output=True, text=True,
                           timeout=timeout, cwd=tmp_path, env=env)
+
+
+def run_forked(command: list[str], cwd: Path, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """`subprocess.run(command, capture_output=True, text=True)` for a command of the installed console script (a
+    script the test runs in its own process starts it so), forked from the fork server with this environment."""
+    program = Path(command[0])
+    assert program.parent == Path(sys.executable).parent and program.name in forkserver.ENTRY_POINTS, command
+    return forkserver.run(program.name, command[1:], cwd, dict(os.environ), timeout=timeout)
+
+
+def user_environment() -> dict:
+    """This environment as a user's shell has it: without the test run's unlearnbench variables and PYTHONPATH."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("UNLEARNBENCH_", "PYTHONPATH"))}
+
+
+def script(path: Path):
+    """The Python file at `path` (a script of scripts/ or benchmarks/) as a module, its `main` not run."""
+    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def forked_popen(command: list[str], **options) -> forkserver.Forked:

@@ -3,16 +3,12 @@ is replaced in place, never appended or half-written."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
-from helpers import REPO
+from helpers import REPO, script
 
 from unlearnbench.core.files import replace_block
 
-spec = importlib.util.spec_from_file_location("readme_demo_table", REPO / "scripts" / "readme_demo_table.py")
-readme_table = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(readme_table)
+readme_table = script(REPO / "scripts" / "readme_demo_table.py")
 
 RESULT = {"numerics": {"id": "740574199d5d", "device": "cpu", "cpu": "AMD EPYC", "cpu_capability": "AVX2",
                        "threads": 2, "torch": "2.14.1", "precision": "32-true", "world_size": 1},

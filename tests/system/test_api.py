@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -13,7 +12,7 @@ import sys
 
 import pandas as pd
 import pytest
-from helpers import FORKING, REPO, TINY, default_sigint, run_example
+from helpers import FORKING, REPO, TINY, default_sigint, run_example, user_environment
 
 import unlearnbench
 from unlearnbench import SweepError, load_report, run_sweep
@@ -35,10 +34,6 @@ def forked(monkeypatch):
     monkeypatch.setattr(unlearnbench.api, "subprocess", FORKING)
 
 
-def clean_environment() -> dict:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("UNLEARNBENCH_", "PYTHONPATH"))}
-
-
 def tiny(source: str) -> str:
     """The example's source, its `run_sweep` overrides (checked to be `EXAMPLE_OVERRIDES`) followed by TINY's."""
     (call,) = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
@@ -54,7 +49,7 @@ def example(tmp_path_factory, shared_cache):
     models in the suite's cache (as a user's UNLEARNBENCH_CACHE_DIR would put them elsewhere)."""
     folder = tmp_path_factory.mktemp("notebook")
     run = run_example(tiny(EXAMPLE.read_text()), folder,
-                      {**clean_environment(), "UNLEARNBENCH_CACHE_DIR": str(shared_cache)})
+                      {**user_environment(), "UNLEARNBENCH_CACHE_DIR": str(shared_cache)})
     return folder, run
 
 
@@ -182,7 +177,7 @@ def test_ctrl_c_stops_the_sweep_and_raises_keyboard_interrupt(tmp_path):
     """As in a notebook: SIGINT reaches the Python process only, which stops the sweep's process and raises."""
     import psutil
 
-    caller = subprocess.Popen([sys.executable, "-c", INTERRUPTED], cwd=tmp_path, env=clean_environment(),
+    caller = subprocess.Popen([sys.executable, "-c", INTERRUPTED], cwd=tmp_path, env=user_environment(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         for line in caller.stdout:

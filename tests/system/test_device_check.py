@@ -6,36 +6,17 @@ same console-script commands without a fresh interpreter's imports for each of i
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
 import sys
-from pathlib import Path
 
-import forkserver
 import pytest
-from helpers import REPO
-
-UNLEARNBENCH = str(Path(sys.executable).parent / "unlearnbench")
-
-
-def device_check():
-    spec = importlib.util.spec_from_file_location("device_check_script", REPO / "benchmarks" / "device_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from helpers import REPO, run_forked, script
 
 
 @pytest.mark.processes
 def test_the_device_check_says_pass_or_cannot_with_the_reason(tmp_path, monkeypatch, capsys):
-    check = device_check()
-
-    def forked(command: list[str], timeout: int) -> subprocess.CompletedProcess:
-        assert command[0] == UNLEARNBENCH, command  # (--no-throughput: no other program)
-        return forkserver.run("unlearnbench", command[1:], tmp_path, dict(os.environ), timeout=timeout)
-
+    check = script(REPO / "benchmarks" / "device_check.py")
     out = tmp_path / "check.md"
-    monkeypatch.setattr(check, "run", forked)
+    monkeypatch.setattr(check, "run", lambda command, timeout: run_forked(command, tmp_path, timeout))
     monkeypatch.setattr(sys, "argv", [
         "device_check.py", "--accelerator", "cpu", "--precisions", "32-true,16-mixed", "--strategies",
         "deepspeed_stage_2", "--images", "12", "--no-throughput", "--text-cases", "qlora,fsdp", "--text-precision",

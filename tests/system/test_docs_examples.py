@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import forkserver
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import REPO
+from helpers import REPO, user_environment
 
 pytestmark = pytest.mark.processes  # every test here starts processes: the console script, ranks or a cluster
 
@@ -30,7 +29,7 @@ SPLITS = ("forget_train", "retain_train", "forget_test", "retain_test")
 
 def environment(pythonpath: bool) -> dict:
     """The user's shell: no unlearnbench variables of the test run, the package found only through PYTHONPATH=."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("UNLEARNBENCH_", "PYTHONPATH"))}
+    env = user_environment()
     return {**env, "PYTHONPATH": "."} if pythonpath else env
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.helpers import TINY, results, run_cli, run_in_process
+from tests.helpers import REPO, TINY, results, run_cli, run_in_process, script
 from unlearnbench.tasks.image.metrics.examples import ExampleTable, confidence_and_loss
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -228,15 +228,10 @@ def test_a_pool_that_cannot_be_scored_is_a_warning_and_the_others_are_scored():
 
 @pytest.mark.processes
 def test_the_docs_table_has_a_row_per_method_with_both_designs(sweep):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("fq_table", Path(__file__).parents[2] / "scripts" /
-                                                  "forget_quality_table.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    lines = script.table(sweep / "report").splitlines()
+    table_script = script(REPO / "scripts" / "forget_quality_table.py")
+    lines = table_script.table(sweep / "report").splitlines()
     assert lines[0].startswith("| method | F, A(i)") and len(lines) == 2 + 3
     gold = next(line for line in lines if line.startswith("| retrain |")).split(" | ")
     assert gold[1] == "1.000 ± 0.000 [1.000, 1.000]" and gold[2] == "1.000" and gold[4] == "1.000 / 1.000"
-    block = script.docs_block("TABLE", "this machine", "2 pools", 3.2)
-    assert block.startswith(script.BEGIN) and block.endswith(script.END) and "3 minutes" in block
+    block = table_script.docs_block("TABLE", "this machine", "2 pools", 3.2)
+    assert block.startswith(table_script.BEGIN) and block.endswith(table_script.END) and "3 minutes" in block

@@ -4,9 +4,7 @@ and the table docs/seed-study.md shows; and the `methods=[…]` option it relies
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
-import os
 import re
 import subprocess
 import sys
@@ -14,10 +12,9 @@ import unittest.mock
 from pathlib import Path
 from types import SimpleNamespace
 
-import forkserver
 import pandas as pd
 import pytest
-from helpers import TINY, results, run_cli
+from helpers import TINY, results, run_cli, run_forked, script
 
 from unlearnbench.core.errors import UserError
 from unlearnbench.core.job import chosen
@@ -26,10 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def study_script():
-    spec = importlib.util.spec_from_file_location("seed_study", REPO / "scripts" / "seed_study.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script(REPO / "scripts" / "seed_study.py")
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +37,8 @@ def study(tmp_path_factory, shared_cache):
     script = study_script()
 
     def forked(command: list[str], check: bool) -> subprocess.CompletedProcess:
-        assert command[0] == str(Path(sys.executable).parent / "unlearnbench") and check, command
-        done = forkserver.run("unlearnbench", command[1:], root, dict(os.environ), timeout=900)
-        if done.returncode:
+        done = run_forked(command, root, timeout=900)
+        if check and done.returncode:
             raise subprocess.CalledProcessError(done.returncode, command, done.stdout, done.stderr)
         return done
 

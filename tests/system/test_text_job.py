@@ -6,13 +6,12 @@ and that it reproduces the example's numbers; and the task's refusals."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import REPO, plain_config, run_cli, run_example
+from helpers import REPO, plain_config, run_cli, run_example, user_environment
 from lightning_fabric import Fabric
 
 from unlearnbench.core.job import JobPlan, execute
@@ -32,8 +31,7 @@ def example(tmp_path_factory, shared_cache):
     """The docs' example run as a script in a folder of its own (helpers.run_example), its models in the suite's
     cache."""
     folder = tmp_path_factory.mktemp("text")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("UNLEARNBENCH_", "PYTHONPATH"))}
-    run = run_example(EXAMPLE.read_text(), folder, {**env, "UNLEARNBENCH_CACHE_DIR": str(shared_cache)})
+    run = run_example(EXAMPLE.read_text(), folder, {**user_environment(), "UNLEARNBENCH_CACHE_DIR": str(shared_cache)})
     assert run.returncode == 0, run.stderr[-3000:]
     return folder / "runs" / "text_seeds", run
 
