@@ -235,6 +235,10 @@ class ReportOptions:
     """The end-of-sweep report's options (`unlearnbench-report --target-se` for a rebuilt one)."""
 
     target_se: float = ranged(0.01, POSITIVE)  # the standard error a method's mean should reach (seed plan)
+    compare: list[str] | None = None  # methods whose every pair the power section plans for, beside the
+    # leaderboard's neighbours (`unlearnbench-report --compare a,b`)
+    min_difference: float | None = ranged(None, POSITIVE, optional=True)  # the difference the power plans detect,
+    # in the metric's units (None: each pair's observed difference)
     permutations: int = ranged(100, AT_LEAST_1)  # random splits behind each forgetting quality's null
     figures: bool = True  # draw figures/ (`unlearnbench-report --no-figures` leaves them out of a rebuilt one)
     leaderboard: Leaderboard = field(default_factory=Leaderboard)
@@ -259,15 +263,22 @@ class Tune:
     """`experiment=tune` (core/tuning.py, docs/tuning.md): `trials` points of each method's search space, each run on
     the training seeds `seeds`, the best then judged on `heldout` (disjoint from `seeds`); the TPE sampler drawn from
     `seed`; `objective` the metrics (metric:split) the trials minimise the distance to (None: the leaderboard's).
-    `stage` and `trial` are set by the sweeper on each job it runs (trial, tuned, default)."""
+    `stage`, `trial` and `replicate` are set by the sweeper on each job it runs (trial, tuned, default)."""
 
     trials: int = ranged(20, AT_LEAST_1)
     seeds: list[int] = field(default_factory=lambda: [0])
     heldout: list[int] = field(default_factory=lambda: [1, 2, 3])
     seed: int = ranged(0, AT_LEAST_0)
     objective: list[str] | None = None
+    startup_trials: int = ranged(10, AT_LEAST_0)  # TPE's random start-up trials (Optuna's default, 10)
+    replicates: int = ranged(1, AT_LEAST_1)  # the whole tuning repeated with this many sampler seeds
+    seed_sets: list[list[int]] | None = None  # one list of tuning seeds per replicate (disjoint), instead of `seeds`
+    validation_fraction: float = ranged(0.5, Range(0, 1, low_open=True, high_open=True))  # the share of the data
+    # outside the training set (test images, general sets, held-out questions) that trials score; the held-out
+    # judgement scores the rest
     stage: str | None = ranged(None, Range(choices=("trial", "tuned", "default")), optional=True)
     trial: int | None = ranged(None, AT_LEAST_0, optional=True)
+    replicate: int | None = ranged(None, AT_LEAST_0, optional=True)
 
 
 @dataclass
