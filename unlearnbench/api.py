@@ -25,8 +25,9 @@ import pandas as pd
 SWEEP_DIR = "hydra.sweep.dir="
 # The report's tables, by file name without `.csv` (`results` is read from results.parquet, which keeps the types).
 TABLES = ("results", "summary", "table", "seed_variance", "seed_variance_by_seed", "wasserstein",
-          "wasserstein_by_seed", "rank_stability", "rank_stability_by_seed", "seed_plan", "forget_quality",
-          "forget_quality_by_example", "forget_quality_across_seeds", "curves", "leaderboard", "leaderboard_pairs")
+          "wasserstein_by_seed", "rank_stability", "rank_stability_by_seed", "seed_plan", "seed_power",
+          "forget_quality", "forget_quality_by_example", "forget_quality_across_seeds", "curves", "leaderboard",
+          "leaderboard_pairs")
 
 
 class SweepError(RuntimeError):

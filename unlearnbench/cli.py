@@ -157,11 +157,18 @@ def report_main() -> None:
                              "results' tasks declare, docs/comparing.md)")
     parser.add_argument("--resamples", type=count, default=RESAMPLES, metavar="B",
                         help=f"bootstrap resamples behind the leaderboard's rank intervals (default {RESAMPLES})")
+    parser.add_argument("--compare", default=None, metavar="A,B[,…]",
+                        help="methods whose every pair seed_power.csv plans for, beside each leaderboard's "
+                             "neighbours")
+    parser.add_argument("--min-difference", type=positive, default=None, metavar="D",
+                        help="the difference (in each metric's units) the power plans detect (default: each pair's "
+                             "observed difference)")
     args = parser.parse_args()
 
     def refuse(problem: str) -> NoReturn:
-        parser.exit(2, f"unlearnbench-report: {problem.replace('report.leaderboard.metrics', '--leaderboard-metrics')}"
-                       "\n")
+        for option, flag in (("report.leaderboard.metrics", "--leaderboard-metrics"), ("report.compare", "--compare")):
+            problem = problem.replace(option, flag)
+        parser.exit(2, f"unlearnbench-report: {problem}\n")
 
     given = args.leaderboard_metrics
     metrics = None if given is None else [m for m in given.split(",") if m]
@@ -188,8 +195,10 @@ def report_main() -> None:
     try:
         built = build_report(args.folders, out, figures=not args.no_figures, target_se=args.target_se,
                              forget_permutations=args.permutations, leaderboard_metrics=metrics,
-                             resamples=args.resamples)
-    except UserError as error:  # a leaderboard metric the results do not rank by
+                             resamples=args.resamples,
+                             compare=None if args.compare is None else [m for m in args.compare.split(",") if m],
+                             min_difference=args.min_difference)
+    except UserError as error:  # a leaderboard metric the results do not rank by, a method they do not rank
         refuse(str(error))
     except WriteError as error:
         sys.exit(f"unlearnbench-report: {error}")

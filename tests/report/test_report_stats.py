@@ -8,11 +8,18 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
+from unlearnbench.core.errors import UserError
 from unlearnbench.report.compute.stats import (
+    MAX_PLAN_K,
+    MIN_PLAN_TRAINING_SEEDS,
     chi2_interval,
     evaluation_split,
     graybill_wang,
+    nested_components,
+    nested_design,
+    nested_mean_squares,
     nested_variance,
+    seed_plan,
     sigma_u2_bootstrap,
     w2,
     w2_null,
@@ -109,8 +116,10 @@ def test_variance_components_of_a_hand_computed_balanced_grid():
 def test_sigma_t2_is_truncated_at_zero():
     result = nested_variance([[0, 10], [5, 5.5], [10, 0]])  # within spread far larger than between
     assert result.msb < result.msw
-    assert result.sigma_t2 == 0.0 and result.icc == 0.0
+    assert result.sigma_t2 == 0.0 and result.icc == 0.0 and result.sigma_t2_truncated
     assert result.sigma_t2_low == 0.0
+    assert not nested_variance([[1, 3], [4, 6], [7, 11]]).sigma_t2_truncated
+    assert not nested_variance([[1.0], [2.0], [4.0]]).sigma_t2_truncated  # not identifiable: nothing was floored
 
 
 def test_graybill_wang_bounds_meet_the_f_test():
@@ -314,6 +323,9 @@ def test_enough_balanced_training_seeds_give_no_warning_and_nan_is_dropped():
     assert nested_variance([]).warnings == ["no values"]
 
 
+# ------------------------------------------------------------------------------------- three-stage split
+
+
 def textbook_nested(z: np.ndarray) -> tuple[float, float, float]:
     """The balanced three-stage nested ANOVA of z[i, j, k], written out from its sums of squares (Searle, Casella &
     McCulloch §4.5): (σ_T², σ_U², σ_E²), each floored at 0."""
@@ -325,24 +337,270 @@ def textbook_nested(z: np.ndarray) -> tuple[float, float, float]:
     return max(0.0, (ms_a - ms_b) / (per * evals)), max(0.0, (ms_b - ms_e) / evals), ms_e
 
 
+def one_way(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(MSB, MSW) of the one-way classification of z[..., i, j] (the two-stage split), vectorised."""
+    count, per = z.shape[-2:]
+    means = z.mean(-1)
+    msw = ((z - means[..., None]) ** 2).sum((-2, -1)) / (count * (per - 1))
+    msb = per * ((means - means.mean(-1, keepdims=True)) ** 2).sum(-1) / (count - 1)
+    return msb, msw
+
+
+def three_stage(truth: tuple[float, float, float], runs: int, cell_sizes, cells_per_seed, seed: int) -> np.ndarray:
+    """`runs` simulated grids Z_ijk = a_i + b_ij + e_ijk (variances `truth`), flat in the layout's order."""
+    rng = np.random.default_rng(seed)
+    sigma_t, sigma_u, sigma_e = np.sqrt(truth)
+    seeds = rng.normal(0, sigma_t, (runs, len(cells_per_seed)))
+    cells = np.repeat(seeds, cells_per_seed, axis=1) + rng.normal(0, sigma_u, (runs, len(cell_sizes)))
+    return np.repeat(cells, cell_sizes, axis=1) + rng.normal(0, sigma_e, (runs, int(np.sum(cell_sizes))))
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_evaluation_split_of_a_balanced_grid_is_the_textbook_nested_anova(seed):
     rng = np.random.default_rng(seed)
     z = (rng.normal(size=(4, 1, 1)) * 2 + rng.normal(size=(4, 3, 1)) + rng.normal(size=(4, 3, 5)) * 0.5)
     split = evaluation_split(z.tolist())
-    assert (split.I, split.J, split.K, split.n) == (4, 3, 5, 60)
+    assert (split.I, split.J, split.K, split.n, split.balanced, split.estimator) == (4, 3, 5, 60, True,
+                                                                                     "balanced_anova")
     assert (split.sigma_t2, split.sigma_u2, split.sigma_e2) == pytest.approx(textbook_nested(z), rel=1e-12)
-    shares = split.as_dict()
-    assert shares["train_share"] + shares["unlearn_share"] + shares["eval_share"] == pytest.approx(1.0)
+    assert (split.sigma_e2_low, split.sigma_e2_high) == pytest.approx(chi2_interval(split.ms_e, 4 * 3 * 4))
+    assert (split.sigma_u2_low, split.sigma_u2_high) == pytest.approx(graybill_wang(split.ms_b, split.ms_e, 8, 48, 5))
+    assert (split.sigma_t2_low, split.sigma_t2_high) == pytest.approx(graybill_wang(split.ms_a, split.ms_b, 3, 8, 15))
+    row = split.as_dict()
+    assert row["train_share"] + row["unlearn_share"] + row["eval_share"] == pytest.approx(1.0)
+    assert row["total"] == split.sigma_t2 + split.sigma_u2 + split.sigma_e2 and row["estimator"] == "balanced_anova"
 
 
-def test_the_evaluation_split_recovers_simulated_components_and_needs_replicated_cells():
-    rng = np.random.default_rng(7)
-    estimates = np.array([[getattr(evaluation_split((rng.normal(size=(30, 1, 1)) * 1.0 + rng.normal(size=(30, 4, 1))
-                                                     * 0.5 + rng.normal(size=(30, 4, 3)) * 2.0).tolist()), name)
-                           for name in ("sigma_t2", "sigma_u2", "sigma_e2")] for _ in range(200)])
-    assert estimates.mean(0) == pytest.approx([1.0, 0.25, 4.0], rel=0.12)  # unbiased: the means near the truth
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_the_three_stage_sigma_t2_is_the_two_stage_one_on_cell_means(seed):
+    """Balanced: the cell means' MSB and MSW are MS_A/K and MS_B(A)/K, so σ̂_T², its interval and its flag agree."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(6, 1, 1)) * 0.3 + rng.normal(size=(6, 4, 1)) + rng.normal(size=(6, 4, 3))
+    split, means = evaluation_split(z.tolist()), nested_variance(list(z.mean(2)))
+    assert split.sigma_t2 == pytest.approx(means.sigma_t2, rel=1e-12, abs=1e-15)
+    assert (split.sigma_t2_low, split.sigma_t2_high) == pytest.approx((means.sigma_t2_low, means.sigma_t2_high),
+                                                                      rel=1e-10, abs=1e-15)
+    assert split.sigma_t2_truncated == means.sigma_t2_truncated
+
+
+def test_truncated_components_are_flagged_and_shares_come_from_the_floored_values():
+    z = np.array([[[0.0, 0.1], [5.0, 5.1]], [[5.0, 5.1], [0.0, 0.1]], [[2.4, 2.6], [2.6, 2.7]]])  # seed means alike
+    split = evaluation_split(z.tolist())
+    assert split.sigma_t2_truncated and split.sigma_t2 == 0.0 and split.ms_a < split.ms_b
+    assert not split.sigma_u2_truncated and split.sigma_u2 > 0
+    assert split.as_dict()["train_share"] == 0.0
+    flat = evaluation_split([[[0.0, 4.0], [4.0, 0.0]], [[1.0, 3.0], [3.0, 1.0]]])  # cell means equal: MS_B(A) = 0
+    assert flat.sigma_u2_truncated and flat.sigma_u2 == 0.0 and flat.sigma_e2 > 0
+    assert not evaluation_split([[[1.0, 1.0], [2.0, 2.0]], [[3.0, 3.0], [5.0, 5.0]]]).sigma_u2_truncated
+    constant = evaluation_split([[[0.3] * 3] * 2] * 3)  # a deterministic metric: every component exactly 0
+    assert (constant.sigma_t2, constant.sigma_u2, constant.sigma_e2, constant.total) == (0.0, 0.0, 0.0, 0.0)
+    assert (constant.sigma_t2_low, constant.sigma_t2_high, constant.sigma_e2_high) == (0.0, 0.0, 0.0)
+
+
+def test_an_unbalanced_grid_takes_henderson_method_1_with_its_coefficients():
+    """cells n_ij = (2, 3 | 3, 1), J_i = (2, 2): N = 9, b = 4, a = 2, n_i. = (5, 4); Σ_i Σ_j n_ij²/n_i. = 13/5 + 10/4
+    = 5.1, Σ n_ij² = 23, Σ n_i.² = 41: k1 = (9 − 5.1)/2 = 1.95, k2 = (5.1 − 23/9)/1, k3 = 9 − 41/9. The sums of
+    squares are written out here by loops."""
+    cells = [[[1.0, 1.0], [2.0, 4.0, 3.0]], [[5.0, 5.0, 5.0], [6.0]]]
+    split = evaluation_split(cells)
+    assert (split.balanced, split.estimator, split.J_min, split.J_max, split.K_min, split.K_max) == (
+        False, "henderson_1", 2, 2, 1, 3)
+    k1, k2, k3 = 1.95, 5.1 - 23 / 9, 9 - 41 / 9
+    assert pytest.approx(k1) == split.K and split.J == 2.0
+    values = [v for seed in cells for cell in seed for v in cell]
+    grand = np.mean(values)
+    seed_means = [np.mean([v for cell in seed for v in cell]) for seed in cells]
+    ss_e = sum(sum((v - np.mean(cell)) ** 2 for v in cell) for seed in cells for cell in seed)
+    ss_b = sum(len(cell) * (np.mean(cell) - m) ** 2 for seed, m in zip(cells, seed_means, strict=True)
+               for cell in seed)
+    ss_a = sum(sum(map(len, seed)) * (m - grand) ** 2 for seed, m in zip(cells, seed_means, strict=True))
+    ms_a, ms_b, ms_e = ss_a / 1, ss_b / 2, ss_e / 5
+    assert (split.ms_a, split.ms_b, split.ms_e) == pytest.approx((ms_a, ms_b, ms_e), rel=1e-12)
+    sigma_u2 = (ms_b - ms_e) / k1
+    assert split.sigma_e2 == pytest.approx(0.4) and split.sigma_u2 == pytest.approx(max(0.0, sigma_u2))
+    assert split.sigma_t2 == pytest.approx(max(0.0, (ms_a - ms_e - k2 * sigma_u2) / k3))
+    assert split.warnings[0].startswith("unbalanced grid (2 to 2 unlearning seeds per training seed, 1 to 3 "
+                                        "evaluation seeds per cell): Henderson's method 1")
+
+
+def test_the_evaluation_split_needs_a_cell_with_two_values_and_says_what_it_cannot_identify():
     assert evaluation_split([[[1.0], [2.0]], [[3.0], [5.0]]]) is None  # one evaluation seed per cell
-    unbalanced = evaluation_split([[[1.0, 1.0], [2.0, 4.0, 3.0]], [[5.0, 5.0, 5.0], [6.0]]])
-    assert unbalanced.sigma_e2 == pytest.approx((0 + 2.0 + 0) / (1 + 2 + 2))  # pooled within the cells
-    assert pytest.approx(4 / (1 / 2 + 1 / 3 + 1 / 3 + 1)) == unbalanced.K
+    assert evaluation_split([[[1.0, math.nan], [2.0]], [[]]]) is None
+    one_cell = evaluation_split([[[1.0, 2.0]], [[3.0, 5.0]], [[0.0, 0.5]]])  # J = 1: σ_T² and σ_U² confounded
+    assert one_cell.sigma_e2 == pytest.approx((0.5 + 2.0 + 0.125) / 3)
+    assert math.isnan(one_cell.sigma_t2) and math.isnan(one_cell.sigma_u2) and math.isnan(one_cell.as_dict()[
+        "train_share"])
+    assert "not identifiable apart" in one_cell.warnings[0]
+    one_seed = evaluation_split([[[1.0, 2.0], [3.0, 5.0], [0.0, 0.5]]])
+    assert math.isnan(one_seed.sigma_t2) and one_seed.sigma_u2 >= 0 and not one_seed.sigma_t2_truncated
+    assert one_seed.warnings == ["one training seed (I = 1): σ_T² is not identifiable"]
+    with_nan = evaluation_split([[[1.0, 2.0, math.nan], [3.0, 5.0]], [[0.0, 0.5], [1.0, 1.5]]])
+    assert with_nan.as_dict() == evaluation_split([[[1.0, 2.0], [3.0, 5.0]], [[0.0, 0.5], [1.0, 1.5]]]).as_dict()
+
+
+BALANCED = (8, 3, 4)  # I, J, K of the simulated balanced grids
+TRUTH = (1.0, 0.5, 1.0)  # σ_T², σ_U², σ_E²
+
+
+@pytest.fixture(scope="module")
+def balanced_simulation():
+    """4,000 balanced grids I = 8 × J = 3 × K = 4: their mean squares and components (unfloored), vectorised."""
+    count, per, evals = BALANCED
+    design = nested_design([evals] * (count * per), [per] * count)
+    z = three_stage(TRUTH, 4000, design.cell_sizes, design.cells_per_seed, seed=55)
+    mean_squares = nested_mean_squares(z, design)
+    return z, design, mean_squares, nested_components(*mean_squares, design)
+
+
+def test_balanced_three_stage_estimators_are_unbiased_and_their_intervals_cover(balanced_simulation):
+    """Unfloored σ̂_T², σ̂_U², σ̂_E² within four Monte-Carlo standard errors of the truth; the 95% intervals (χ² for σ_E²,
+    Graybill–Wang for σ_U² and σ_T²) cover at 95% ± 3 points (measured 0.951, 0.948, 0.941)."""
+    z, _, _, parts = balanced_simulation
+    for name, truth in zip(("sigma_t2", "sigma_u2", "sigma_e2"), TRUTH, strict=True):
+        estimates = parts[name]
+        assert abs(estimates.mean() - truth) < 4 * estimates.std(ddof=1) / math.sqrt(len(estimates)), name
+        covered = np.mean((parts[f"{name}_low"] <= truth) & (truth <= parts[f"{name}_high"]))
+        assert covered == pytest.approx(0.95, abs=0.03), name
+    count, per, evals = BALANCED
+    for k in range(3):  # the vectorised estimators are evaluation_split's
+        split = evaluation_split(z[k].reshape(count, per, evals).tolist())
+        assert (split.sigma_t2_low, split.sigma_u2_high, split.sigma_e2_low) == pytest.approx(
+            (parts["sigma_t2_low"][k], parts["sigma_u2_high"][k], parts["sigma_e2_low"][k]), rel=1e-10)
+        assert split.sigma_t2 == pytest.approx(max(0.0, parts["sigma_t2"][k]), rel=1e-10)
+
+
+def test_two_stage_split_on_cell_means_is_unbiased_where_evaluation_seeds_as_unlearning_seeds_are_not(
+        balanced_simulation):
+    """σ̂_T² = (MSB − MSW)/J on the cell means is unbiased; on the J·K values of a training seed taken as J·K unlearning
+    seeds it is biased up by σ_U²(K − 1)/(JK − 1) = 0.5·3/11 (the old practice)."""
+    z, _, _, parts = balanced_simulation
+    count, per, evals = BALANCED
+    grids = z.reshape(-1, count, per, evals)
+    msb, msw = one_way(grids.mean(-1))
+    on_means = (msb - msw) / per
+    msb, msw = one_way(grids.reshape(-1, count, per * evals))
+    old = (msb - msw) / (per * evals)
+    bias = TRUTH[1] * (evals - 1) / (per * evals - 1)
+    error = old.std(ddof=1) / math.sqrt(len(old))
+    assert abs(on_means.mean() - TRUTH[0]) < 4 * on_means.std(ddof=1) / math.sqrt(len(on_means))
+    assert abs(old.mean() - TRUTH[0] - bias) < 4 * error and old.mean() - TRUTH[0] > 8 * error
+    assert on_means == pytest.approx(parts["sigma_t2"], rel=1e-9, abs=1e-12)
+    first = nested_variance(list(grids[0].reshape(count, per * evals)))
+    assert first.sigma_t2 == pytest.approx(max(0.0, old[0]), rel=1e-10)
+
+
+def test_henderson_method_1_is_unbiased_on_an_unbalanced_grid():
+    """J_i from 1 to 4, n_ij from 1 to 4 (cells with one value among them): the unfloored estimates are unbiased
+    within four Monte-Carlo standard errors; the approximate intervals (Graybill–Wang, with Satterthwaite's degrees
+    of freedom for σ_T²) still cover near 95% (measured 0.944, 0.953, 0.950: asserted within 0.92–0.98)."""
+    cells_per_seed = [2, 3, 1, 4, 2, 3, 2, 3, 2, 3]
+    cell_sizes = [2, 3, 1, 4, 2, 2, 3, 1, 2, 4, 3, 2, 1, 3, 2, 2, 4, 1, 3, 2, 2, 3, 1, 2, 3]
+    design = nested_design(cell_sizes, cells_per_seed)
+    assert not design.balanced and design.k1 < design.k2  # a synthesised mean square with a negative weight on MS_E
+    z = three_stage(TRUTH, 4000, cell_sizes, cells_per_seed, seed=56)
+    parts = nested_components(*nested_mean_squares(z, design), design)
+    for name, truth in zip(("sigma_t2", "sigma_u2", "sigma_e2"), TRUTH, strict=True):
+        estimates = parts[name]
+        assert abs(estimates.mean() - truth) < 4 * estimates.std(ddof=1) / math.sqrt(len(estimates)), name
+        covered = np.mean((parts[f"{name}_low"] <= truth) & (truth <= parts[f"{name}_high"]))
+        assert 0.92 <= covered <= 0.98, name
+    flat = np.split(z[0], np.cumsum(cell_sizes)[:-1])  # the first grid through evaluation_split
+    seeds = np.split(np.arange(len(cell_sizes)), np.cumsum(cells_per_seed)[:-1])
+    split = evaluation_split([[flat[c] for c in seed] for seed in seeds])
+    assert split.sigma_u2 == pytest.approx(max(0.0, parts["sigma_u2"][0]), rel=1e-10)
+    assert split.sigma_t2_high == pytest.approx(parts["sigma_t2_high"][0], rel=1e-10)
+
+
+# ------------------------------------------------------------------------------------------------- seed plan
+
+
+def brute_force_plan(sigma_t2, sigma_u2, sigma_e2, cost_train, cost_unlearn, cost_eval, target):
+    """(cost, J, K, I) of the cheapest design on the grid I ≤ 300, J ≤ 150, K ≤ 40, ties to the smaller J then K."""
+    i, j, k = np.arange(2, 301)[:, None, None], np.arange(1, 151)[None, :, None], np.arange(1, 41)[None, None, :]
+    variance = sigma_t2 / i + sigma_u2 / (i * j) + sigma_e2 / (i * j * k)
+    cost = np.where(variance <= target**2 * (1 + 1e-9), i * (cost_train + j * (cost_unlearn + (k - 1) * cost_eval)),
+                    np.inf)
+    best = np.argwhere(cost <= cost.min() * (1 + 1e-12))
+    return min((cost.min(), j.flat[b], k.flat[c], i.flat[a]) for a, b, c in best)
+
+
+@pytest.mark.parametrize(("sigma_t2", "sigma_u2", "sigma_e2", "cost_train", "cost_unlearn", "cost_eval", "target"), [
+    (1e-4, 4e-4, 0.0, 30.0, 5.0, math.nan, 0.005), (1e-5, 9e-4, 0.0, 100.0, 1.0, math.nan, 0.01),
+    (0.0, 1e-2, 0.0, 30.0, 5.0, math.nan, 0.01), (1e-4, 1e-4, 4e-4, 30.0, 20.0, 1.0, 0.01),
+    (2e-4, 1e-4, 3e-3, 10.0, 2.0, 0.5, 0.008), (0.0, 2e-4, 2e-3, 30.0, 20.0, 2.0, 0.01),
+    (1e-4, 0.0, 1e-3, 50.0, 5.0, 5.0, 0.01)])
+def test_seed_plan_is_the_cheapest_design_with_two_training_seeds_at_least(sigma_t2, sigma_u2, sigma_e2, cost_train,
+                                                                           cost_unlearn, cost_eval, target):
+    plan = seed_plan(sigma_t2, sigma_u2, cost_train, cost_unlearn, target, sigma_e2, cost_eval)
+    searched_e = sigma_e2 if math.isfinite(cost_eval) else 0.0
+    within = sigma_u2 + (0.0 if math.isfinite(cost_eval) else sigma_e2)
+    expected = brute_force_plan(sigma_t2, within, searched_e, cost_train, cost_unlearn,
+                                cost_eval if math.isfinite(cost_eval) else 0.0, target)
+    assert (plan.cost_s, plan.J, plan.K, plan.I) == pytest.approx(expected)
+    assert plan.I >= MIN_PLAN_TRAINING_SEEDS
+    assert plan.se <= target * (1 + 1e-9)
+    assert plan.se == pytest.approx(math.sqrt(sigma_t2 / plan.I + sigma_u2 / (plan.I * plan.J)
+                                              + sigma_e2 / (plan.I * plan.J * plan.K)))
+
+
+def test_seed_plan_keeps_two_training_seeds_where_sigma_t2_is_zero_and_says_why():
+    plan = seed_plan(0.0, 0.01, 30.0, 5.0, 0.01)  # was I = 1, J = 100: the single-seed design
+    assert (plan.I, plan.J, plan.K, plan.j_star) == (2, 50, 1, math.inf)
+    assert "σ̂_T² = 0, often a negative estimate truncated at 0" in plan.note
+    plan = seed_plan(1e-5, 9e-4, 100.0, 1.0, 0.01)  # one training seed of 10 jobs would reach the target
+    assert (plan.I, plan.J) == (2, 5) and "one would reach the target at these values" in plan.note
+    plan = seed_plan(0.0, 0.0, 30.0, 5.0, 0.01)
+    assert (plan.I, plan.J, plan.K, plan.se, plan.cost_s) == (2, 1, 1, 0.0, 70.0)
+    assert plan.note.startswith("no seed variance at these values")
+    plan = seed_plan(0.01, 0.0, 30.0, 5.0, 0.01)  # a deterministic method: unlearning seeds buy nothing
+    assert (plan.I, plan.J, plan.j_star) == (100, 1, 0.0) and "extra unlearning seeds buy nothing" in plan.note
+
+
+def test_no_plan_from_simulated_pilots_has_fewer_than_two_training_seeds():
+    """Pilots of I = 3 × J = 2 with σ_T² = σ_U²: σ̂_T² is truncated at 0 in a good part of them; every plan, at the
+    estimates and at the upper limits, has I ≥ 2."""
+    rng = np.random.default_rng(8)
+    z = rng.normal(0, 0.01, (300, 3, 1)) + rng.normal(0, 0.01, (300, 3, 2))
+    truncated = 0
+    for grid in z:
+        components = nested_variance(list(grid))
+        truncated += components.sigma_t2_truncated
+        for sigma_t2, sigma_u2 in ((components.sigma_t2, components.sigma_u2),
+                                   (components.sigma_t2_high, components.sigma_u2_high)):
+            plan = seed_plan(sigma_t2, sigma_u2, 30.0, 5.0, 0.005)
+            assert plan.I >= MIN_PLAN_TRAINING_SEEDS and plan.se <= 0.005 * (1 + 1e-9)
+    assert truncated > 30
+
+
+def test_seed_plan_adds_evaluation_seeds_where_they_are_cheap():
+    expensive = seed_plan(1e-4, 1e-4, 30.0, 20.0, 0.01, sigma_e2=4e-4, cost_eval=20.0)
+    cheap = seed_plan(1e-4, 1e-4, 30.0, 20.0, 0.01, sigma_e2=4e-4, cost_eval=1.0)
+    assert expensive.K == 1 and cheap.K > 1 and cheap.cost_s < expensive.cost_s
+    assert cheap.cost_s == pytest.approx(cheap.I * (30.0 + cheap.J * (20.0 + (cheap.K - 1) * 1.0)))
+    unpriced = seed_plan(1e-4, 1e-4, 30.0, 20.0, 0.01, sigma_e2=4e-4)  # no c_E: K = 1, σ_E² inside σ_U²
+    assert unpriced.K == 1 and "σ_E² counted with σ_U²" in unpriced.note
+    two_stage = seed_plan(1e-4, 5e-4, 30.0, 20.0, 0.01)
+    assert (unpriced.I, unpriced.J, unpriced.cost_s) == (two_stage.I, two_stage.J, two_stage.cost_s)
+    assert unpriced.j_star == pytest.approx(math.sqrt(30.0 * 5e-4 / (20.0 * 1e-4)))
+    free = seed_plan(0.0, 0.0, 30.0, 20.0, 0.01, sigma_e2=0.1999, cost_eval=0.0)  # K ≥ 999.5 with I = 2, J = 1
+    assert (free.I, free.J, free.K) == (2, 1, MAX_PLAN_K) and "search bound" in free.note
+
+
+def test_seed_plan_refuses_what_it_cannot_plan():
+    assert seed_plan(math.nan, 0.01, 30.0, 5.0, 0.01).note == "σ_T² or σ_U² not identifiable from this grid"
+    assert seed_plan(0.01, 0.01, 30.0, 5.0, 0.01, sigma_e2=math.nan).note == "σ_E² not identifiable from this grid"
+    unbounded = seed_plan(0.01, math.inf, 30.0, 5.0, 0.01)
+    assert (unbounded.I, unbounded.J, unbounded.K) == (None, None, None)
+    assert unbounded.note == "σ_U² upper limit unbounded: too few seeds to plan at the upper limit"
+    assert "no training or unlearning time" in seed_plan(0.01, 0.01, math.nan, 5.0, 0.01).note
+    with pytest.raises(UserError, match=r"^the 'target_se' parameter of seed_plan must be a positive number; got 0"):
+        seed_plan(0.01, 0.01, 30.0, 5.0, 0.0)
+    with pytest.raises(UserError, match=r"^the 'sigma_u2' parameter of seed_plan must be a variance ≥ 0"):
+        seed_plan(0.01, -1.0, 30.0, 5.0, 0.01)
+
+
+def test_seed_plan_reaches_a_target_far_below_the_components():
+    """A component a million times the target's square, with K searched: an exact plan (the search is bounded by
+    what the target needs, not by a cap on I or J)."""
+    plan = seed_plan(1e-3, 100.0, 30.0, 20.0, 0.01, sigma_e2=50.0, cost_eval=0.5)
+    assert plan.se <= 0.01 * (1 + 1e-9) and plan.I >= 2 and plan.K > 1

@@ -116,41 +116,20 @@ def test_wilson_interval():
     assert wilson(0, 4)[0] == 0.0 and wilson(4, 4)[1] == 1.0
 
 
-@pytest.mark.parametrize(("sigma_t2", "sigma_u2", "cost_train", "cost_unlearn", "target"), [
-    (1e-4, 4e-4, 30.0, 5.0, 0.005), (4e-4, 1e-4, 10.0, 10.0, 0.01), (2.5e-3, 2.5e-3, 1.0, 50.0, 0.02),
-    (1e-5, 9e-4, 100.0, 1.0, 0.01)])
-def test_seed_plan_is_the_cheapest_design_reaching_the_target(sigma_t2, sigma_u2, cost_train, cost_unlearn, target):
-    plan = seed_plan(sigma_t2, sigma_u2, cost_train, cost_unlearn, target)
-    assert plan.se <= target * (1 + 1e-9)
-    assert plan.cost_s == pytest.approx(plan.I * cost_train + plan.I * plan.J * cost_unlearn)
-    feasible = [(i * cost_train + i * j * cost_unlearn, j, i) for i in range(1, 300) for j in range(1, 300)
-                if sigma_t2 / i + sigma_u2 / (i * j) <= target**2 * (1 + 1e-9)]
-    cheapest = min(feasible)
-    assert plan.cost_s == pytest.approx(cheapest[0])
-    assert plan.j_star == pytest.approx(math.sqrt(cost_train * sigma_u2 / (cost_unlearn * sigma_t2)))
-
-
-def test_seed_plan_says_when_unlearning_seeds_buy_nothing():
-    plan = seed_plan(0.01, 0.0, 30.0, 5.0, 0.01)  # a deterministic method, e.g. SSD in a targeted scenario
-    assert (plan.I, plan.J, plan.j_star) == (100, 1, 0.0)
-    assert "extra unlearning seeds buy nothing" in plan.note
-    plan = seed_plan(0.0, 0.01, 30.0, 5.0, 0.01)  # no training-seed effect: one M_o, many unlearning seeds
-    assert (plan.I, plan.J) == (1, 100) and plan.j_star == math.inf
-    assert seed_plan(math.nan, 0.01, 30.0, 5.0, 0.01).I is None
-    assert "no training or unlearning time" in seed_plan(0.01, 0.01, math.nan, 5.0, 0.01).note
-
-
 def test_seed_plans_take_the_costs_from_the_sweep():
     """c_T: the median time to train M_o; c_U: the median of M_r's training time plus the method's time_s."""
     rng = np.random.default_rng(0)
     study = analyse(frame({"a": rng.normal(size=(5, 4)) * 0.01 + 0.1}, time_s=2.0, original_s=30.0,
                           retrained_s=20.0), LEGACY)
     priced = costs(study.values, study.keys)
-    assert (priced["cost_train_s"].iloc[0], priced["cost_unlearn_s"].iloc[0]) == (30.0, 22.0)
+    assert priced[["cost_train_s", "cost_unlearn_s", "cost_eval_s"]].iloc[0].tolist() == [30.0, 22.0, 2.0]
     plans = seed_plans(study.variance, study.values, study.keys, [("delta_acc", "forget_test")], target_se=0.004)
     row = plans.iloc[0]
-    expected = seed_plan(row["sigma_t2"], row["sigma_u2"], 30.0, 22.0, 0.004)
-    assert (row["plan_I"], row["plan_J"], row["plan_cost_s"]) == (expected.I, expected.J, expected.cost_s)
+    for prefix, suffix in (("point", ""), ("upper", "_high")):  # at the estimates and at the upper limits
+        expected = seed_plan(row[f"sigma_t2{suffix}"], row[f"sigma_u2{suffix}"], 30.0, 22.0, 0.004)
+        assert (row[f"{prefix}_I"], row[f"{prefix}_J"], row[f"{prefix}_K"], row[f"{prefix}_cost_s"]) == (
+            expected.I, expected.J, 1, expected.cost_s)
+    assert row["upper_cost_s"] >= row["point_cost_s"] and row["upper_level"] == 0.975
 
 
 def test_a_sweep_over_evaluation_seeds_gets_its_variance_split_into_three_parts():
@@ -169,3 +148,97 @@ def test_a_sweep_over_evaluation_seeds_gets_its_variance_split_into_three_parts(
     text = render(study, [], [], [], [], [], Path("."))
     assert "### Seed variance with the evaluation seed (σ_E²)" in text
     assert analyse(rows[0], LEGACY).variance_eval.empty
+
+
+def test_no_report_recommends_fewer_than_two_training_seeds():
+    """A sweep whose training-seed means agree while its unlearning seeds spread (MSB < MSW): σ̂_T² is a negative
+    estimate truncated at 0, which once made the plan one training seed with many unlearning seeds. Both plans keep
+    two training seeds, and the report marks the truncated estimate."""
+    grid = np.array([[0.1, 0.3], [0.3, 0.1], [0.15, 0.25], [0.25, 0.15]])
+    study = extend(analyse(frame({"a": grid}), LEGACY), target_se=0.01)
+    variance = study.variance[study.variance["metric"] == "delta_acc"].iloc[0]
+    assert variance["msb"] < variance["msw"] and variance["sigma_t2"] == 0.0 and variance["sigma_t2_truncated"]
+    plan = study.plans[study.plans["metric"] == "delta_acc"].iloc[0]
+    assert plan["sigma_t2_truncated"] and plan["point_I"] == 2 and plan["upper_I"] >= 2
+    assert "negative estimate truncated at 0" in plan["point_note"]
+    assert plan["upper_cost_s"] > plan["point_cost_s"]  # the upper limits ask for more
+    text = render(study, [], [], [], [], [], Path("."))
+    section = text[text.index("### How many seeds to run"):]
+    row = next(line for line in section.splitlines() if line.startswith("| a | |Δacc D'_f|"[:6]))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[2].startswith("0† (") and cells[7].startswith(f"{int(plan['upper_I'])} × ")
+    assert cells[9] == f"2 × {int(plan['point_J'])}"
+
+
+def test_a_sweep_over_evaluation_seeds_takes_its_seed_variance_from_the_three_stage_split():
+    """seed_variance.csv's σ_T², σ_U², σ_E² and intervals of a row whose evaluation seed varies are the three-stage
+    split's, not those of the J·K values of a training seed taken as J·K unlearning seeds."""
+    rng = np.random.default_rng(5)
+    z = (rng.normal(size=(4, 1, 1)) + rng.normal(size=(4, 3, 1)) * 0.5 + rng.normal(size=(4, 3, 2)) * 2)
+    rows = [frame({"a": z[:, :, k]}).assign(seed_eval=lambda f, k=k: f["seed_eval"] + 1000 * k) for k in range(2)]
+    study = analyse(pd.concat(rows, ignore_index=True), LEGACY)
+    row = study.variance.set_index(["method", "metric"]).loc[("a", "delta_acc")]
+    split = stats.evaluation_split(z.tolist())
+    for name in ("sigma_t2", "sigma_t2_low", "sigma_t2_high", "sigma_u2", "sigma_u2_low", "sigma_u2_high",
+                 "sigma_e2", "sigma_e2_low", "sigma_e2_high"):
+        assert row[name] == pytest.approx(getattr(split, name)), name
+    assert (row["J"], row["K"], row["total"]) == (3, 2, pytest.approx(split.total))
+    assert math.isnan(row["sigma_u2_chi2_low"])  # the χ² interval of the cell means' MSW is not σ_U²'s
+    old = stats.nested_variance(z.reshape(4, 6))  # the J·K values as unlearning seeds: σ_E² leaks into σ_U²
+    assert old.sigma_u2 > split.sigma_u2 + split.sigma_e2 / 2
+    plan = extend(study).plans.set_index("metric").loc["delta_acc"]
+    assert plan["sigma_e2"] == pytest.approx(split.sigma_e2) and plan["cost_eval_s"] == 2.0
+    assert plan["point_K"] >= 1 and plan["point_se"] <= 0.01 * (1 + 1e-9)
+
+
+def powers_of(scores: dict[str, np.ndarray], **options) -> pd.DataFrame:
+    from unlearnbench.report.compute.leaderboard import leaderboards
+    from unlearnbench.report.compute.seed_design import seed_powers
+
+    study = extend(analyse(frame(scores), LEGACY))
+    study.leaderboard = leaderboards(study.values, study.keys, [("delta_acc", "forget_test")], LEGACY)
+    return seed_powers(study, **options)
+
+
+def test_seed_power_plans_the_leaderboards_neighbours_from_their_paired_differences():
+    """Three methods, a closest to the ideal 0 and c farthest; a − b differs by about 0.05 in every job, with a
+    training-seed effect on the difference. The neighbours a–b and b–c are compared; a−b's mean, interval and p are the
+    one-sample t-test on the training seeds' mean differences of |Z|; the plan detects the observed difference."""
+    from scipy import stats as scipy_stats
+
+    rng = np.random.default_rng(11)
+    shift = rng.normal(0, 0.02, (8, 1)) + rng.normal(0, 0.01, (8, 3))
+    scores = {"a": 0.1 + shift, "b": 0.15 + shift + rng.normal(0, 0.02, (8, 3)), "c": np.full((8, 3), 0.6),
+              "retrain": np.zeros((8, 3))}
+    powers = powers_of(scores)
+    assert list(zip(powers["method_a"], powers["method_b"], powers["pair"], strict=True)) == [
+        ("a", "b", "neighbours"), ("b", "c", "neighbours")]
+    row = powers.iloc[0]
+    differences = (np.abs(scores["a"]) - np.abs(scores["b"])).mean(axis=1)
+    test = scipy_stats.ttest_1samp(differences, 0.0)
+    assert row["mean_difference"] == pytest.approx(differences.mean())
+    assert row["p"] == pytest.approx(test.pvalue) and bool(row["separated"]) is bool(test.pvalue < 0.05)
+    low, high = test.confidence_interval(0.95)
+    assert (row["low"], row["high"]) == pytest.approx((low, high))
+    assert (row["I"], row["J"], row["difference_from"]) == (8, 3, "observed")
+    assert row["min_difference"] == pytest.approx(abs(differences.mean()))
+    assert row["plan_I"] >= 2 and row["plan_power"] >= 0.8
+    assert row["cost_unlearn_s"] == 20.0 + 2.0 + 2.0  # M_r and both methods
+    named = powers_of(scores, compare=["a", "c"], min_difference=0.01)
+    assert ("a", "c", "compare") in set(zip(named["method_a"], named["method_b"], named["pair"], strict=True))
+    assert set(named["min_difference"]) == {0.01} and set(named["difference_from"]) == {"report.min_difference"}
+    smaller = named.iloc[0]
+    assert smaller["plan_I"] * smaller["plan_J"] >= row["plan_I"] * row["plan_J"]  # a smaller δ needs more jobs
+
+
+def test_report_compare_must_name_two_ranked_methods():
+    from unlearnbench.core.errors import UserError
+    from unlearnbench.report.compute.seed_design import check_compare
+
+    values = analyse(frame({"a": np.ones((2, 2)), "b": np.ones((2, 2)), "retrain": np.zeros((2, 2))}), LEGACY).values
+    check_compare(None, values, LEGACY.gold_standards)
+    check_compare(["b", "a"], values, LEGACY.gold_standards)
+    for named in (["a"], ["a", "a"], ["a", "nonesuch"], ["a", "retrain"]):
+        with pytest.raises(UserError, match=r"^the 'report.compare' option must name two or more of the ranked "
+                                            rf"methods \(a, b\); got {', '.join(named)} instead$"):
+            check_compare(named, values, LEGACY.gold_standards)

@@ -127,6 +127,18 @@ def test_report_command_refuses_a_leaderboard_metric_the_results_cannot_rank_by_
     assert pd.read_csv(tmp_path / "ranked" / "leaderboard.csv").empty  # finetune alone beside the gold standard
 
 
+def test_report_command_refuses_a_comparison_of_methods_the_results_do_not_rank_in_one_line(sweep):
+    """`--compare` names the methods whose pairs seed_power.csv plans for: finetune is the only ranked method here
+    (retrain is the gold standard); nothing is written."""
+    tmp_path, *_ = sweep
+    run = run_cli([str(tmp_path / "sweep"), "--out", str(tmp_path / "compared"), "--compare", "finetune,retrain"],
+                  tmp_path, program="unlearnbench-report")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == ("unlearnbench-report: the '--compare' option must name two or more of the ranked "
+                                  "methods (finetune); got finetune, retrain instead")
+    assert not (tmp_path / "compared").exists()
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["scenario.targets=[cat]"], "unknown class 'cat' for dataset digits; valid: 0, 1, 2"),
     (["scenario=random_sample", "scenario.targets=[1.5]"],

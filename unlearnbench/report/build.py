@@ -10,12 +10,18 @@
                                    homogeneity test, per row of the study
     seed_variance_by_seed.csv      var(Z | S = s_i) for every training seed i with two or more unlearning seeds
     seed_variance_eval.csv         where the sweep varies the evaluation seed within (training, unlearning) seed
-                                   pairs: σ_T², σ_U², σ_E² and their shares per row of the study
+                                   pairs: σ_T², σ_U², σ_E² with their intervals, truncation flags and shares
     wasserstein.csv                W2(A(i), B₋ᵢ) spread over the training seeds i, with the permutation null
     wasserstein_by_seed.csv        W2(A(i), B₋ᵢ) and its null for every training seed i
     rank_stability.csv             how often one training seed's best method differs from the other seeds' best
     rank_stability_by_seed.csv     both rankings' best methods and Kendall's τ for every training seed
-    seed_plan.csv                  the cheapest (I, J) reaching `target_se` per method and main metric
+    seed_variance.csv              (where the sweep varies the evaluation seed: σ_T², σ_U², σ_E² of the three-stage
+                                   split, so that neither of the first two picks up the evaluation seed's variance)
+    seed_plan.csv                  the cheapest (I, J, K) reaching `target_se` per method and main metric, at the
+                                   components' estimates and at their upper confidence limits (the headline)
+    seed_power.csv                 per pair of methods next to each other on a leaderboard (and of `compare`), per
+                                   target and leaderboard metric: their paired difference, its test over training
+                                   seeds, and the cheapest (I, J) with power 0.8 to detect `min_difference`
     leaderboard.csv                per configuration, each metric of `report.leaderboard.metrics` (by default the
                                    catalogue's declared ones) and their mean rank: every method's mean rank over
                                    the blocks (target, training seed), its bootstrap 95% interval and P(best),
@@ -55,7 +61,7 @@ from unlearnbench.report.compute.derived import derived_records
 from unlearnbench.report.compute.forget_quality import FORGET_PERMUTATIONS, forget_quality, load_examples
 from unlearnbench.report.compute.leaderboard import RESAMPLES, chosen_metrics, leaderboards
 from unlearnbench.report.compute.leaderboard import tables as leaderboard_tables
-from unlearnbench.report.compute.seed_design import TARGET_SE, extend
+from unlearnbench.report.compute.seed_design import TARGET_SE, check_compare, extend, seed_powers
 from unlearnbench.report.compute.tuning import read_tunings, trial_rows, tuning_rows, without_trials
 from unlearnbench.report.read.collect import catalogue_of, load_results, mixed_numerics, read_warnings
 from unlearnbench.report.read.curves import curve_table
@@ -91,14 +97,18 @@ def write(path: Path, writer: Callable[[Path], object]) -> Path:
 def build_report(folders: list[Path], out: Path, figures: bool = True,
                  permutations: int = stats.NULL_PERMUTATIONS, target_se: float = TARGET_SE,
                  forget_permutations: int = FORGET_PERMUTATIONS,
-                 leaderboard_metrics: Sequence[str] | None = None, resamples: int = RESAMPLES) -> Report:
+                 leaderboard_metrics: Sequence[str] | None = None, resamples: int = RESAMPLES,
+                 compare: Sequence[str] | None = None, min_difference: float | None = None) -> Report:
     """Build the report of the `result.json` files under `folders` into `out`; the jobs that did not complete (and
     the files that are not results) are listed in its failed section and returned in `Report.failed`.
     `leaderboard_metrics` (`metric:split` or `metric`): None for the declared leaderboard metrics of the results.
+    `compare`: methods whose every pair seed_power.csv plans for, beside each leaderboard's neighbours;
+    `min_difference`: the difference those plans detect (None: each pair's observed difference).
 
     Raises `UserError` (one line) before writing anything when a leaderboard metric has no best value or is not
-    recorded, and `WriteError` (an `OSError`; its message: `cannot write <file>: <reason>`) when a report file
-    cannot be written; no partial or temporary file is left behind."""
+    recorded, or `compare` names fewer than two ranked methods, and `WriteError` (an `OSError`; its message:
+    `cannot write <file>: <reason>`) when a report file cannot be written; no partial or temporary file is left
+    behind."""
     from unlearnbench.report.render.markdown import caveat_text, render
 
     frame, jobs = without_trials(*load_results(folders))
@@ -108,6 +118,7 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
     configuration = [c for c in (*CONFIG, *OPTIONAL_CONFIG) if c in frame]
     derived = derived_records(frame, configuration, catalogue)
     ranked_by = chosen_metrics(leaderboard_metrics, catalogue, set(pd.concat([frame, derived])["metric"].dropna()))
+    check_compare(None if compare is None else list(compare), frame, catalogue.gold_standards)
     make_folder(out)
     write(out / "results.csv", lambda path: frame.to_csv(path, index=False))
     write(out / "results.parquet", lambda path: _parquet_safe(frame).to_parquet(path, index=False))
@@ -117,12 +128,14 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
                                       catalogue.gold_standards)
     study.curves, curve_warnings = curve_table(jobs, study.keys)
     study.leaderboard = leaderboards(study.values, study.keys, ranked_by, catalogue, resamples)
+    study.powers = seed_powers(study, None if compare is None else list(compare), min_difference)
     ranked, pairs = leaderboard_tables(study.leaderboard, study.keys)
     for name, table in (("summary", study.summary), ("table", study.table), ("seed_variance", study.variance),
                         ("seed_variance_by_seed", study.variance_by_seed),
                         ("seed_variance_eval", study.variance_eval), ("wasserstein", study.wasserstein),
                         ("wasserstein_by_seed", study.wasserstein_by_seed), ("rank_stability", study.ranks),
                         ("rank_stability_by_seed", study.ranks_by_seed), ("seed_plan", study.plans),
+                        ("seed_power", study.powers),
                         ("forget_quality", study.forgetting.quality),
                         ("forget_quality_by_example", study.forgetting.by_example),
                         ("forget_quality_across_seeds", study.forgetting.across), ("curves", study.curves),

@@ -45,7 +45,9 @@ def report(folder: Path, config: DictConfig) -> None:
             built = build_report([folder], folder / "report", figures=config.report.figures,
                                  target_se=config.report.target_se, forget_permutations=config.report.permutations,
                                  leaderboard_metrics=leaderboard_metrics(config),
-                                 resamples=config.report.leaderboard.resamples)
+                                 resamples=config.report.leaderboard.resamples,
+                                 compare=None if config.report.compare is None else list(config.report.compare),
+                                 min_difference=config.report.min_difference)
     except (WriteError, UserError) as error:  # a full disk, a read-only folder, an unrankable leaderboard metric:
         # one line, the results stay on disk
         announce([{"folder": str(folder / "report"), "error": f"the report was not written: {error}"}], 1)

@@ -3,8 +3,10 @@
 Vocabulary (docs/seed-study.md):
 - a *row* of the study is one (dataset, model, scenario, target, method, role, metric, split): Z its value;
 - Z_ij is the value of training seed i (`seed_train`) and unlearning seed j nested in i: one job. A job's evaluation
-  seed normally follows its unlearning seed; where a sweep varies it separately, each (unlearning seed, evaluation
-  seed) pair of a training seed counts as one j;
+  seed normally follows its unlearning seed; where a sweep varies it separately, the variance split takes the
+  three-stage model Z_ijk (k the evaluation seed; `seed_variance_eval.csv`) and the two-stage table its σ_T², σ_U²
+  and σ_E² (`with_evaluation_split`), while the designs A(i), B and their W2 count each (unlearning seed, evaluation
+  seed) pair of a training seed as one j;
 - the single-training-seed design A(i) = {Z_ij : j}; the multi-training-seed design B = {Z_i1 : i}, where Z_i1 is the
   job of training seed i with the smallest unlearning seed (then evaluation seed);
 - records with a `round` (the ranking task's NDCG@10 per round) enter the statistics with their last round only;
@@ -78,6 +80,7 @@ class Study:
     ranks: pd.DataFrame = field(default_factory=pd.DataFrame)  # filled by `seed_design.extend`
     ranks_by_seed: pd.DataFrame = field(default_factory=pd.DataFrame)
     plans: pd.DataFrame = field(default_factory=pd.DataFrame)
+    powers: pd.DataFrame = field(default_factory=pd.DataFrame)  # `seed_design.seed_powers`, filled by the build
     warnings: list[Caveat] = field(default_factory=list)
     forgetting: Any = None  # the per-example tables (`forget_quality.ForgetQuality`), filled by the report's build
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)  # `curves.curve_table`, filled by the report's build
@@ -218,24 +221,63 @@ def seed_grid(values: pd.DataFrame, keys: list[str]) -> Grid:
     return grid
 
 
+VARIANCE_COLUMNS = ["I", "J", "J_min", "J_max", "K", "n", "mean", "total", "sigma_t2", "sigma_t2_low", "sigma_t2_high",
+                    "sigma_t2_truncated", "sigma_u2", "sigma_u2_low", "sigma_u2_high", "sigma_u2_chi2_low",
+                    "sigma_u2_chi2_high", "sigma_e2", "sigma_e2_low", "sigma_e2_high", "seeds_with_spread",
+                    "var_by_seed_min", "var_by_seed_max", "deterministic_seeds", "homogeneity_w", "homogeneity_p",
+                    "icc", "msb", "msw", "balanced", "warnings"]
+
+
 def variance_table(grid: Grid, keys: list[str], order_from: pd.DataFrame) -> pd.DataFrame:
-    """seed_variance.csv: the nested decomposition of every row of the study (see `stats.nested_variance`)."""
+    """seed_variance.csv: the nested decomposition of every row of the study (see `stats.nested_variance`); `K` = 1
+    and no σ_E² (it is inside σ_U²) until `with_evaluation_split` separates it."""
     rows = []
     for ident, seeds in grid:
         components = stats.nested_variance([v for _, v in seeds]).as_dict()
         components["warnings"] = "; ".join(components["warnings"])
-        rows.append({**dict(zip([*keys, *ROW], ident, strict=True)), **components})
-    columns = [*keys, *ROW, "I", "J", "J_min", "J_max", "n", "mean", "total", "sigma_t2", "sigma_t2_low",
-               "sigma_t2_high", "sigma_u2", "sigma_u2_low", "sigma_u2_high", "sigma_u2_chi2_low",
-               "sigma_u2_chi2_high", "seeds_with_spread", "var_by_seed_min", "var_by_seed_max",
-               "deterministic_seeds", "homogeneity_w", "homogeneity_p", "icc", "msb", "msw", "balanced", "warnings"]
+        rows.append({**dict(zip([*keys, *ROW], ident, strict=True)), **components, "K": 1, "sigma_e2": math.nan,
+                     "sigma_e2_low": math.nan, "sigma_e2_high": math.nan})
     if not rows:
-        return pd.DataFrame(columns=columns)
-    return sort_rows(pd.DataFrame(rows), keys, order_from)[columns]
+        return pd.DataFrame(columns=[*keys, *ROW, *VARIANCE_COLUMNS])
+    return sort_rows(pd.DataFrame(rows), keys, order_from)[[*keys, *ROW, *VARIANCE_COLUMNS]]
 
 
-EVALUATION_COLUMNS = ["I", "J", "K", "n", "mean", "total", "sigma_t2", "sigma_u2", "sigma_e2", "train_share",
-                      "unlearn_share", "eval_share"]
+def cell_means(values: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One value per (training seed, unlearning seed) of each row: the mean over its evaluation seeds (the values
+    themselves where no pair has two). The two-stage split runs on these, so that a sweep over evaluation seeds
+    does not count them as unlearning seeds (which biases σ̂_T² up by σ_U²(K − 1)/(JK − 1) and puts σ_E² into σ̂_U²)."""
+    cell = [*keys, *ROW, "seed_train", "seed_unlearn"]
+    if values.empty or not values.duplicated(cell).any():
+        return values
+    return values.groupby(cell, sort=False).agg(value=("value", "mean"), seed_eval=("seed_eval", "min")).reset_index()
+
+
+THREE_STAGE = ["sigma_t2", "sigma_t2_low", "sigma_t2_high", "sigma_t2_truncated", "sigma_u2", "sigma_u2_low",
+               "sigma_u2_high", "sigma_e2", "sigma_e2_low", "sigma_e2_high", "K"]
+
+
+def with_evaluation_split(variance: pd.DataFrame, split: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """seed_variance.csv's rows whose evaluation seed varies within (training, unlearning) pairs take σ_T², σ_U² and
+    σ_E² with their intervals from the three-stage split (`seed_variance_eval.csv`): unbiased, where the cell means'
+    MSW estimates σ_U² + σ_E²/K. Their χ² interval for σ_U² (of that MSW) is withdrawn; total and ICC follow."""
+    if split.empty or variance.empty:
+        return variance
+    ident = [*keys, *ROW]
+    merged = variance.merge(split[[*ident, *THREE_STAGE]], on=ident, how="left", suffixes=("", "_three"))
+    three = merged["K_three"].notna()
+    for column in THREE_STAGE:
+        merged.loc[three, column] = merged.loc[three, f"{column}_three"]
+    merged.loc[three, ["sigma_u2_chi2_low", "sigma_u2_chi2_high"]] = math.nan
+    parts = merged.loc[three, ["sigma_t2", "sigma_u2", "sigma_e2"]]
+    merged.loc[three, "total"] = parts.sum(axis=1)
+    merged.loc[three, "icc"] = (parts["sigma_t2"] / merged.loc[three, "total"]).where(merged.loc[three, "total"] > 0)
+    return merged[variance.columns]
+
+
+EVALUATION_COLUMNS = ["I", "J", "K", "n", "mean", "total", "sigma_t2", "sigma_t2_low", "sigma_t2_high",
+                      "sigma_t2_truncated", "sigma_u2", "sigma_u2_low", "sigma_u2_high", "sigma_u2_truncated",
+                      "sigma_e2", "sigma_e2_low", "sigma_e2_high", "train_share", "unlearn_share", "eval_share",
+                      "balanced", "estimator"]
 
 
 def evaluation_variance_table(values: pd.DataFrame, keys: list[str], order_from: pd.DataFrame) -> pd.DataFrame:
@@ -334,11 +376,13 @@ def analyse(frame: pd.DataFrame, catalogue: Catalogue, permutations: int = stats
     values = last_rounds(data, keys).dropna(subset=["value"])
     rounds = data[data["round"].notna()]
     grid = seed_grid(values, keys)
-    variance = variance_table(grid, keys, values)
+    cells = cell_means(values, keys)
+    variance_eval = evaluation_variance_table(values, keys, values)
+    variance = with_evaluation_split(variance_table(grid if cells is values else seed_grid(cells, keys), keys, values),
+                                     variance_eval, keys)
     wasserstein, by_seed = wasserstein_tables(grid, keys, values, permutations)
     warnings += design_warnings(variance, wasserstein, values)
     return Study(keys=keys, values=values, rounds=rounds, summary=summarise(data, keys),
                  table=main_table(values, keys), variance=variance, wasserstein=wasserstein,
                  wasserstein_by_seed=by_seed, variance_by_seed=variance_by_seed_table(grid, keys, values),
-                 variance_eval=evaluation_variance_table(values, keys, values), warnings=warnings,
-                 catalogue=catalogue)
+                 variance_eval=variance_eval, warnings=warnings, catalogue=catalogue)

@@ -8,7 +8,12 @@ torch, no pandas).
   exact χ² interval is kept beside it where a Brown–Forsythe test does not reject equal variances), the
   Graybill–Wang (modified large-sample) interval for σ_T², the per-training-seed variances with their
   heterogeneity test, the ICC and the warnings;
-- `seed_plan`: the cheapest numbers of training and unlearning seeds (I, J) that reach a target standard error.
+- `evaluation_split`: the three-stage nested decomposition with the evaluation seed, var(Z) = σ_T² + σ_U² + σ_E²
+  (Henderson's method 1 for the two-fold nested classification: `nested_design`, `nested_mean_squares`,
+  `nested_components`, which take arrays of simulated grids too), with intervals and a flag on every truncated
+  component;
+- `seed_plan`: the cheapest numbers of training, unlearning and evaluation seeds (I, J, K) that reach a target
+  standard error, never fewer than two training seeds.
 """
 
 from __future__ import annotations
@@ -21,13 +26,16 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy import stats
 
+from unlearnbench.core.errors import UserError
+
 FEW_TRAINING_SEEDS = 10  # warn below this many training seeds
 NULL_PERMUTATIONS = 1000
 NULL_SEED = 20240601  # the permutation null's base seed: the report is reproducible
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20240602  # the σ_U² bootstrap's seed: the report is reproducible
 MIN_BOOTSTRAP_SEEDS = 5  # fewer training seeds with two unlearning seeds: the χ² interval only, with a warning
-MAX_PLAN_J = 100_000  # the seed plan's search bound on J
+MIN_PLAN_TRAINING_SEEDS = 2  # σ_T² cannot be estimated from one training seed: no plan prescribes fewer
+MAX_PLAN_K = 1000  # the seed plan's search bound on K (evaluation seeds per unlearning seed)
 HOMOGENEITY_LEVEL = 0.05  # the Brown–Forsythe test's level below which the χ² interval for σ_U² is withdrawn
 
 
@@ -119,7 +127,9 @@ class Components:
     reject equal per-seed variances at `HOMOGENEITY_LEVEL` (NaN otherwise).
     `total` = σ̂_T² + σ̂_U² (with J = 1: the sample variance of the I values, an unbiased estimate of var(Z); with
     I = 1: not identifiable). `J` is the common number of unlearning seeds per training seed, or on an unbalanced grid
-    the effective n0 of the unbalanced ANOVA estimator; `J_min`/`J_max` give the range.
+    the effective n0 of the unbalanced ANOVA estimator; `J_min`/`J_max` give the range. `sigma_t2_truncated`: MSB <
+    MSW, so that σ̂_T² is a negative estimate floored at 0: with few training seeds this happens by chance even where
+    σ_T² is large, and it is no evidence that the training seed does not matter.
     """
 
     I: int  # noqa: E741 (the spec's notation)
@@ -147,15 +157,16 @@ class Components:
     deterministic_seeds: int = 0  # those whose unlearning seeds gave one value (var(Z | S = s_i) = 0 exactly)
     homogeneity_w: float = math.nan  # Brown–Forsythe statistic for equal var(Z | S = s_i), and its p-value
     homogeneity_p: float = math.nan
+    sigma_t2_truncated: bool = False
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def _f_infinite(p: float, df: float) -> float:
-    """The p-quantile of F(df, ∞) = χ²(df)/df."""
-    return float(stats.chi2.ppf(p, df) / df)
+def _f_infinite(p: float, df):
+    """The p-quantile of F(df, ∞) = χ²(df)/df (`df` may be an array)."""
+    return stats.chi2.ppf(p, df) / df
 
 
 def graybill_wang(msb, msw, df_b: float, df_w: float, j: float, alpha: float = 0.05):
@@ -174,14 +185,15 @@ def graybill_wang(msb, msw, df_b: float, df_w: float, j: float, alpha: float = 0
         V_U = H1² MSB² + G2² MSW² + H12 MSB MSW
         L = ((MSB − MSW) − sqrt(V_L)) / J,  U = ((MSB − MSW) + sqrt(V_U)) / J,  negative bounds set to 0.
     (L = 0 exactly when MSB/MSW = F1 and U = 0 exactly when MSB/MSW = F2: the bounds meet the F test.)
-    `msb` and `msw` may be arrays (simulations): the bounds are then arrays.
+    `msb`, `msw` and the degrees of freedom may be arrays (simulations; a Satterthwaite `df_w` differs between
+    draws): the bounds are then arrays.
     """
     g1 = 1 - 1 / _f_infinite(1 - alpha / 2, df_b)
     h1 = 1 / _f_infinite(alpha / 2, df_b) - 1
     g2 = 1 - 1 / _f_infinite(1 - alpha / 2, df_w)
     h2 = 1 / _f_infinite(alpha / 2, df_w) - 1
-    f1 = float(stats.f.ppf(1 - alpha / 2, df_b, df_w))
-    f2 = float(stats.f.ppf(alpha / 2, df_b, df_w))
+    f1 = stats.f.ppf(1 - alpha / 2, df_b, df_w)
+    f2 = stats.f.ppf(alpha / 2, df_b, df_w)
     g12 = ((f1 - 1) ** 2 - g1**2 * f1**2 - h2**2) / f1
     h12 = ((1 - f2) ** 2 - h1**2 * f2**2 - g2**2) / f2
     v_low = g1**2 * msb**2 + h2**2 * msw**2 + g12 * msb * msw
@@ -343,6 +355,7 @@ def nested_variance(groups: Sequence[Sequence[float] | np.ndarray], alpha: float
     if df_within > 0 and df_between > 0:
         # J = 1 for some seeds only (n0 > 1 still): the estimators above remain the unbalanced ANOVA ones.
         result.sigma_t2 = max(0.0, (result.msb - result.msw) / n0)
+        result.sigma_t2_truncated = bool(result.msb < result.msw)
         result.sigma_t2_low, result.sigma_t2_high = graybill_wang(result.msb, result.msw, df_between, df_within, n0,
                                                                   alpha)
         result.total = result.sigma_t2 + result.sigma_u2
@@ -358,10 +371,152 @@ def nested_variance(groups: Sequence[Sequence[float] | np.ndarray], alpha: float
     return result
 
 
+@dataclass(frozen=True)
+class NestedDesign:
+    """The shape of a two-fold nested grid Z_ijk (training seed i, unlearning seed j nested in i, evaluation seed k
+    nested in (i, j)) and the coefficients of its expected mean squares (`nested_design`).
+
+    `cell_sizes` lists n_ij cell by cell, the cells of training seed 0 first; `cells_per_seed` lists J_i. With
+    a = I training seeds, b = Σ J_i cells and N = Σ n_ij values: df_A = a − 1, df_B = b − a, df_E = N − b, and
+        E[MS_E] = σ_E²,  E[MS_B(A)] = σ_E² + k1 σ_U²,  E[MS_A] = σ_E² + k2 σ_U² + k3 σ_T².
+    """
+
+    cell_sizes: tuple[int, ...]
+    cells_per_seed: tuple[int, ...]
+    df_a: int
+    df_b: int
+    df_e: int
+    k1: float
+    k2: float
+    k3: float
+    balanced: bool
+
+    @property
+    def seed_sizes(self) -> np.ndarray:
+        """n_i. = Σ_j n_ij, the values of each training seed."""
+        return np.add.reduceat(np.array(self.cell_sizes), np.r_[0, np.cumsum(self.cells_per_seed)[:-1]])
+
+
+def nested_design(cell_sizes: Sequence[int], cells_per_seed: Sequence[int]) -> NestedDesign:
+    """The coefficients of the two-fold nested classification's expected mean squares (Searle, Casella & McCulloch,
+    "Variance Components", Wiley 1992, ch. 5; any n_ij ≥ 1, J_i ≥ 1), with n_i. = Σ_j n_ij:
+        k1 = (N − Σ_i Σ_j n_ij²/n_i.) / (b − a)
+        k2 = (Σ_i Σ_j n_ij²/n_i. − Σ_ij n_ij²/N) / (a − 1)
+        k3 = (N − Σ_i n_i.²/N) / (a − 1)
+    (NaN where their degrees of freedom are 0). On a balanced grid (every J_i = J, every n_ij = K) they are exactly
+    K, K and JK."""
+    sizes, per_seed = tuple(int(n) for n in cell_sizes), tuple(int(j) for j in cells_per_seed)
+    n_ij = np.array(sizes, dtype=float)
+    seeds, cells, total = len(per_seed), len(sizes), float(n_ij.sum())
+    n_i = np.add.reduceat(n_ij, np.r_[0, np.cumsum(per_seed)[:-1]])
+    within_seeds = float(np.sum(np.add.reduceat(n_ij**2, np.r_[0, np.cumsum(per_seed)[:-1]]) / n_i))
+    balanced = len(set(sizes)) == 1 and len(set(per_seed)) == 1
+    df_a, df_b, df_e = seeds - 1, cells - seeds, int(total) - cells
+    if balanced:
+        k1 = k2 = float(sizes[0])
+        k3 = float(sizes[0] * per_seed[0])
+    else:
+        k1 = (total - within_seeds) / df_b if df_b else math.nan
+        k2 = (within_seeds - float(np.sum(n_ij**2)) / total) / df_a if df_a else math.nan
+        k3 = (total - float(np.sum(n_i**2)) / total) / df_a if df_a else math.nan
+    return NestedDesign(sizes, per_seed, df_a, df_b, df_e, k1, k2, k3, balanced)
+
+
+def _segment_means(values: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
+    """The means of consecutive segments of the last axis; exactly the common value of a segment whose values are all
+    equal (no rounding noise, so that a deterministic stage has a variance of exactly 0)."""
+    starts = np.r_[0, np.cumsum(sizes)[:-1]].astype(int)
+    means = np.add.reduceat(values, starts, axis=-1) / np.asarray(sizes, dtype=float)
+    low, high = np.minimum.reduceat(values, starts, axis=-1), np.maximum.reduceat(values, starts, axis=-1)
+    return np.where(low == high, low, means)
+
+
+def nested_mean_squares(values, design: NestedDesign) -> tuple:
+    """(MS_A, MS_B(A), MS_E) of the values laid out as `design` says (last axis: the N values cell by cell, seed by
+    seed; leading axes: simulated grids of the same design), with the weighted sums of squares
+        SS_A = Σ_i n_i. (Z̄_i.. − Z̄...)²,  SS_B = Σ_ij n_ij (Z̄_ij. − Z̄_i..)²,  SS_E = Σ_ijk (Z_ijk − Z̄_ij.)²;
+    NaN where a mean square has no degrees of freedom."""
+    values = np.asarray(values, dtype=float)
+    sizes, per_seed = np.array(design.cell_sizes), np.array(design.cells_per_seed)
+    seed_sizes = design.seed_sizes
+    cell_means = _segment_means(values, sizes)
+    seed_means = _segment_means(values, seed_sizes)
+    grand = _segment_means(values, [values.shape[-1]])
+    ss_e = np.sum((values - np.repeat(cell_means, sizes, axis=-1)) ** 2, axis=-1)
+    ss_b = np.sum(sizes * (cell_means - np.repeat(seed_means, per_seed, axis=-1)) ** 2, axis=-1)
+    ss_a = np.sum(seed_sizes * (seed_means - grand) ** 2, axis=-1)
+    return tuple(ss / df if df else np.full_like(ss, math.nan) for ss, df in
+                 ((ss_a, design.df_a), (ss_b, design.df_b), (ss_e, design.df_e)))
+
+
+def nested_components(ms_a, ms_b, ms_e, design: NestedDesign, alpha: float = 0.05) -> dict:
+    """Henderson's method 1 for the two-fold nested classification (Searle, Casella & McCulloch 1992, ch. 5): the
+    unbiased estimates, *not* floored at 0, and their two-sided 1 − α intervals. The mean squares may be arrays.
+
+        σ̂_E² = MS_E,  σ̂_U² = (MS_B(A) − MS_E)/k1,  σ̂_T² = (MS_A − MS_S)/k3,
+        MS_S = (k2/k1) MS_B(A) + (1 − k2/k1) MS_E  (E[MS_S] = σ_E² + k2 σ_U²).
+    Balanced grid (k1 = k2 = K, k3 = JK): MS_S = MS_B(A), and these are the balanced ANOVA estimators (Searle et al.
+    §4.5). Intervals: σ_E² the exact χ²(df_E) one (`chi2_interval`); σ_U² Graybill–Wang (`graybill_wang`) on
+    (MS_B(A), MS_E) with divisor k1; σ_T² Graybill–Wang on (MS_A, MS_S) with divisor k3 (Burdick & Graybill 1992,
+    ch. 5, balanced two-fold nested design). On an unbalanced grid MS_B(A) and MS_A are not scaled χ² variables and
+    MS_S is synthesised: it enters with Satterthwaite's degrees of freedom (Satterthwaite, Biometrics Bulletin 2,
+    1946, 110–114) df_S = MS_S² / ((k2/k1 · MS_B(A))²/df_B + ((1 − k2/k1) MS_E)²/df_E), kept within [1, df_B + df_E],
+    and a negative MS_S (possible where k2 > k1) as 0: those two intervals are approximate there (on a grid of 10
+    training seeds with 1 to 4 unlearning seeds of 1 to 4 evaluation seeds, 20,000 simulated grids per case, the 95%
+    intervals covered σ_T² in 0.945–0.963 of the grids where σ_T² > 0 and 0.98 where σ_T² = 0, σ_U² in 0.944–0.950
+    where σ_U² > 0 and 0.975 where σ_U² = 0, σ_E² in 0.951).
+    """
+    nan = math.nan
+    chi_low, chi_high = chi2_interval(ms_e, design.df_e, alpha)
+    parts = {"sigma_e2": ms_e, "sigma_e2_low": chi_low, "sigma_e2_high": chi_high}
+    empty = np.full_like(np.asarray(ms_e, dtype=float), nan)
+    for name in ("sigma_u2", "sigma_u2_low", "sigma_u2_high", "sigma_t2", "sigma_t2_low", "sigma_t2_high"):
+        parts[name] = empty
+    if not design.df_b:  # one unlearning seed per training seed: σ_U² and σ_T² are confounded
+        return parts
+    parts["sigma_u2"] = (np.asarray(ms_b, dtype=float) - ms_e) / design.k1
+    parts["sigma_u2_low"], parts["sigma_u2_high"] = graybill_wang(ms_b, ms_e, design.df_b, design.df_e, design.k1,
+                                                                  alpha)
+    if not design.df_a:  # one training seed
+        return parts
+    synthesised, df_synthesised = _synthesised_mean_square(ms_b, ms_e, design)
+    parts["sigma_t2"] = (np.asarray(ms_a, dtype=float) - synthesised) / design.k3
+    parts["sigma_t2_low"], parts["sigma_t2_high"] = graybill_wang(ms_a, np.maximum(synthesised, 0.0), design.df_a,
+                                                                  df_synthesised, design.k3, alpha)
+    return parts
+
+
+def _synthesised_mean_square(ms_b, ms_e, design: NestedDesign) -> tuple:
+    """(MS_S, its Satterthwaite degrees of freedom) of `nested_components`; exactly (MS_B(A), df_B) when balanced.
+    With a negative weight (k2 > k1) MS_S can come near 0 and Satterthwaite's formula near 0 degrees of freedom,
+    where the F quantiles are useless: the degrees of freedom are kept within [1, df_B + df_E]."""
+    ms_b, ms_e = np.asarray(ms_b, dtype=float), np.asarray(ms_e, dtype=float)
+    if design.balanced:
+        return ms_b, float(design.df_b)
+    weight = design.k2 / design.k1
+    synthesised = weight * ms_b + (1 - weight) * ms_e
+    spread = (weight * ms_b) ** 2 / design.df_b + ((1 - weight) * ms_e) ** 2 / design.df_e
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = np.where(spread > 0, synthesised**2 / spread, float(design.df_b))
+    return synthesised, np.clip(df, 1.0, design.df_b + design.df_e)
+
+
 @dataclass
 class EvaluationSplit:
-    """Z_ijk = μ + a_i + b_ij + e_ijk: training seed i, unlearning seed j nested in i, evaluation seed k nested in
-    (i, j) (`evaluation_split`). `K` is the harmonic mean of the evaluation seeds per (i, j) cell."""
+    """Z_ijk = μ + a_i + b_ij + e_ijk with var(a) = σ_T², var(b) = σ_U², var(e) = σ_E²: training seed i, unlearning
+    seed j nested in i, evaluation seed k nested in (i, j) (`evaluation_split`).
+
+    The components are floored at 0, and `sigma_t2_truncated` / `sigma_u2_truncated` say where a negative estimate
+    was floored (MS_A below the mean square it is compared with; MS_B(A) < MS_E): a truncated 0 is no evidence that
+    the stage does not matter. The shares of `as_dict` divide the floored components by their sum. `_low`/`_high`:
+    the two-sided 1 − α intervals of `nested_components`, exact for σ_E², approximate (Graybill–Wang) otherwise.
+    `balanced`: every training seed has the same J unlearning seeds and every (i, j) cell the same K ≥ 2 evaluation
+    seeds; then J and K are those numbers and `estimator` is "balanced_anova". Otherwise `estimator` is
+    "henderson_1", J is the effective number of unlearning seeds per training seed n0 = (b − Σ J_i²/b)/(I − 1) (b
+    cells; b itself where I = 1) and K is k1, the effective number of evaluation seeds per cell (E[MS_B(A)] = σ_E² +
+    k1 σ_U²; the mean cell size where no training seed has two cells); `J_min`..`J_max` and `K_min`..`K_max` give
+    the ranges.
+    """
 
     I: int  # noqa: E741 (the study's notation)
     J: float
@@ -369,92 +524,263 @@ class EvaluationSplit:
     n: int
     mean: float
     sigma_t2: float
+    sigma_t2_low: float
+    sigma_t2_high: float
+    sigma_t2_truncated: bool
     sigma_u2: float
+    sigma_u2_low: float
+    sigma_u2_high: float
+    sigma_u2_truncated: bool
     sigma_e2: float
+    sigma_e2_low: float
+    sigma_e2_high: float
+    balanced: bool
+    estimator: str
+    J_min: int
+    J_max: int
+    K_min: int
+    K_max: int
+    ms_a: float
+    ms_b: float
+    ms_e: float
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> float:
         return self.sigma_t2 + self.sigma_u2 + self.sigma_e2
 
     def as_dict(self) -> dict:
+        """Flat columns: every field (the warnings joined by "; "), the total and the three shares."""
         total = self.total
         shares = {f"{part}_share": getattr(self, f"sigma_{part[0]}2") / total if total > 0 else math.nan
                   for part in ("train", "unlearn", "eval")}
-        return {"I": self.I, "J": self.J, "K": self.K, "n": self.n, "mean": self.mean, "total": total,
-                "sigma_t2": self.sigma_t2, "sigma_u2": self.sigma_u2, "sigma_e2": self.sigma_e2, **shares}
+        return {**asdict(self), "warnings": "; ".join(self.warnings), "total": total, **shares}
 
 
-def evaluation_split(cells: Sequence[Sequence[Sequence[float] | np.ndarray]]) -> EvaluationSplit | None:
-    """The two-stage nested decomposition of `nested_variance` with a third stage, the evaluation seed: `cells[i][j]`
-    holds the values of unlearning seed j of training seed i over its evaluation seeds (NaN dropped). None where no
-    cell has two values (the evaluation seed's share is not identifiable).
+def _floored(estimate: float) -> tuple[float, bool]:
+    """(the estimate floored at 0, whether it was negative); NaN stays NaN, not truncated."""
+    return (max(0.0, estimate), estimate < 0) if math.isfinite(estimate) else (math.nan, False)
 
-    σ̂_E² = the pooled variance within the cells, Σ_ijk (Z_ijk − Z̄_ij)² / Σ_ij (K_ij − 1). The cell means Z̄_ij then
-    follow the two-stage model with a within-seed variance of σ_U² + σ_E²/K, so `nested_variance` on them gives σ̂_T²
-    unchanged and σ̂_U² = max(0, MSW − σ̂_E²/K), K the harmonic mean of the K_ij. On a balanced grid these are the
-    textbook estimators of the balanced three-stage nested ANOVA (Searle, Casella & McCulloch, "Variance Components",
-    §4.5): σ̂_E² = MS_E, σ̂_U² = (MS_B(A) − MS_E)/K, σ̂_T² = (MS_A − MS_B(A))/(JK), the differences floored at 0."""
+
+def _split_warnings(design: NestedDesign, j_range: tuple[int, int], k_range: tuple[int, int]) -> list[str]:
+    warnings = []
+    if not design.balanced:
+        warnings.append(f"unbalanced grid ({j_range[0]} to {j_range[1]} unlearning seeds per training seed, "
+                        f"{k_range[0]} to {k_range[1]} evaluation seeds per cell): Henderson's method 1, unbiased; "
+                        "J and K are effective numbers, and the intervals of σ_U² and σ_T² approximate")
+    if not design.df_b:
+        warnings.append("one unlearning seed per training seed: σ_T² and σ_U² are not identifiable apart")
+    elif not design.df_a:
+        warnings.append("one training seed (I = 1): σ_T² is not identifiable")
+    return warnings
+
+
+def evaluation_split(cells: Sequence[Sequence[Sequence[float] | np.ndarray]],
+                     alpha: float = 0.05) -> EvaluationSplit | None:
+    """The three-stage nested decomposition of `cells[i][j]`, the values of unlearning seed j of training seed i over
+    its evaluation seeds (NaN dropped, empty cells and seeds ignored), by Henderson's method 1 (`nested_components`;
+    the balanced ANOVA on a balanced grid). Cells with one value are allowed: they add to the unlearning and
+    training stages, not to σ_E². None where no cell has two values (σ_E² is not identifiable).
+
+    On a balanced grid σ̂_T² and its interval equal those of `nested_variance` on the cell means Z̄_ij. (whose MSB and
+    MSW are MS_A/K and MS_B(A)/K), whereas `nested_variance` on the J·K values of a training seed taken as J·K
+    unlearning seeds would be biased: E[σ̂_T²] = σ_T² + σ_U²(K − 1)/(JK − 1), and its σ̂_U² would hold σ_E².
+    """
     arrays = [[a for a in (_clean(c) for c in seed) if len(a)] for seed in cells]
     arrays = [seed for seed in arrays if seed]
     flat = [a for seed in arrays for a in seed]
-    df_e = sum(len(a) - 1 for a in flat)
-    if df_e == 0:
+    if not any(len(a) >= 2 for a in flat):
         return None
-    ss_e = sum(0.0 if np.all(a == a[0]) else float(np.sum((a - _group_mean(a)) ** 2)) for a in flat)
-    sigma_e2 = ss_e / df_e
-    sizes = {len(a) for a in flat}
-    k = float(sizes.pop()) if len(sizes) == 1 else len(flat) / sum(1 / len(a) for a in flat)
-    components = nested_variance([[_group_mean(a) for a in seed] for seed in arrays])
-    sigma_u2 = max(0.0, components.msw - sigma_e2 / k) if not math.isnan(components.msw) else math.nan
-    every = np.concatenate(flat)
-    return EvaluationSplit(I=len(arrays), J=components.J, K=k, n=len(every), mean=_group_mean(every),
-                           sigma_t2=components.sigma_t2, sigma_u2=sigma_u2, sigma_e2=sigma_e2)
+    design = nested_design([len(a) for a in flat], [len(seed) for seed in arrays])
+    values = np.concatenate(flat)
+    ms_a, ms_b, ms_e = (float(ms) for ms in nested_mean_squares(values, design))
+    parts = {name: float(value) for name, value in nested_components(ms_a, ms_b, ms_e, design, alpha).items()}
+    (sigma_t2, t_truncated), (sigma_u2, u_truncated) = _floored(parts["sigma_t2"]), _floored(parts["sigma_u2"])
+    j_range = (min(design.cells_per_seed), max(design.cells_per_seed))
+    k_range = (min(design.cell_sizes), max(design.cell_sizes))
+    count, cell_count = len(arrays), len(flat)
+    if design.balanced:
+        j, k = float(j_range[0]), float(k_range[0])
+    else:
+        j = (cell_count - sum(n**2 for n in design.cells_per_seed) / cell_count) / design.df_a if design.df_a \
+            else float(cell_count)
+        k = design.k1 if design.df_b else len(values) / cell_count
+    return EvaluationSplit(
+        I=count, J=j, K=k, n=len(values), mean=float(_segment_means(values, [len(values)])[0]),
+        sigma_t2=sigma_t2, sigma_t2_low=parts["sigma_t2_low"], sigma_t2_high=parts["sigma_t2_high"],
+        sigma_t2_truncated=t_truncated, sigma_u2=sigma_u2, sigma_u2_low=parts["sigma_u2_low"],
+        sigma_u2_high=parts["sigma_u2_high"], sigma_u2_truncated=u_truncated, sigma_e2=parts["sigma_e2"],
+        sigma_e2_low=parts["sigma_e2_low"], sigma_e2_high=parts["sigma_e2_high"], balanced=design.balanced,
+        estimator="balanced_anova" if design.balanced else "henderson_1", J_min=j_range[0], J_max=j_range[1],
+        K_min=k_range[0], K_max=k_range[1], ms_a=ms_a, ms_b=ms_b, ms_e=ms_e,
+        warnings=_split_warnings(design, j_range, k_range))
 
 
 @dataclass
 class SeedPlan:
-    """The cheapest design (I training seeds × J unlearning seeds each) whose mean has a standard error at most
-    `target_se`: SE² = σ_T²/I + σ_U²/(I·J), cost = I·c_T + I·J·c_U (c_T: training M_o once per training seed; c_U:
-    M_r and the method, once per job). `j_star` = √(c_T σ_U² / (c_U σ_T²)) is the continuous optimum of J (Snedecor &
-    Cochran, "Statistical Methods", 8th ed., §21.11, two-stage sampling); I and J are the integer optimum found by
-    search, ties to the smaller J. `note` says what the numbers mean where they are degenerate."""
+    """The cheapest design (I training seeds × J unlearning seeds each × K evaluation seeds per unlearning seed) whose
+    mean has a standard error at most `target_se` (`seed_plan`):
+        SE² = σ_T²/I + σ_U²/(I·J) + σ_E²/(I·J·K),   cost = I·(c_T + J·(c_U + (K − 1)·c_E)),
+    c_T: training M_o (once per training seed); c_U: one job beyond M_o (M_r's training and the method, with one
+    evaluation seed); c_E: one more evaluation seed of the same (training, unlearning) pair. I ≥
+    `MIN_PLAN_TRAINING_SEEDS` always. `j_star` = √(c_T σ_W² / (c_U σ_T²)), σ_W² = σ_U² + σ_E² (the variance within a
+    training seed of jobs with one evaluation seed each) is the continuous optimum of J at K = 1 (Snedecor & Cochran,
+    "Statistical Methods", 8th ed., 1989, §21.11, two-stage sampling); I, J and K are the integer optimum found by
+    search, ties to the smaller J, then K. None where the inputs do not allow a plan, and `note` says why; `note`
+    also says what the numbers mean where they are degenerate. A plan from a pilot's estimates is a first estimate:
+    the components' upper confidence limits give the conservative plan."""
 
     I: int | None  # noqa: E741 (the study's notation)
     J: int | None
+    K: int | None
     j_star: float
     se: float
     cost_s: float
     note: str = ""
 
 
-def seed_plan(sigma_t2: float, sigma_u2: float, cost_train: float, cost_unlearn: float,
-              target_se: float) -> SeedPlan:
-    """The seed plan for one metric (see `SeedPlan`); `cost_*` in seconds, from the sweep's records."""
-    nan = math.nan
-    if not all(math.isfinite(x) for x in (sigma_t2, sigma_u2)):
-        return SeedPlan(None, None, nan, nan, nan, "σ_T² or σ_U² not identifiable from this grid")
+def _unplannable(sigma_t2: float, sigma_u2: float, sigma_e2: float, cost_train: float,
+                 cost_unlearn: float) -> str:
+    """Why no plan can be made from these inputs ("" where one can)."""
+    components = {"σ_T²": sigma_t2, "σ_U²": sigma_u2, "σ_E²": sigma_e2}
+    if any(math.isnan(value) for value in components.values()):
+        return "σ_T² or σ_U² not identifiable from this grid" if math.isnan(sigma_t2) or math.isnan(sigma_u2) \
+            else "σ_E² not identifiable from this grid"
+    unbounded = [name for name, value in components.items() if math.isinf(value)]
+    if unbounded:
+        return f"{' and '.join(unbounded)} upper limit unbounded: too few seeds to plan at the upper limit"
     if not (math.isfinite(cost_train) and math.isfinite(cost_unlearn)) or cost_train < 0 or cost_unlearn <= 0:
-        return SeedPlan(None, None, nan, nan, nan, "no training or unlearning time recorded")
+        return "no training or unlearning time recorded"
+    return ""
+
+
+def _check_plan_inputs(target_se: float, **components: float) -> None:
+    if not (isinstance(target_se, int | float) and math.isfinite(target_se) and target_se > 0):
+        raise UserError(f"the 'target_se' parameter of seed_plan must be a positive number; got {target_se!r} instead")
+    for name, value in components.items():
+        if value < 0:
+            raise UserError(f"the {name!r} parameter of seed_plan must be a variance ≥ 0 (or NaN, inf); got {value!r} "
+                            "instead")
+
+
+def _cheapest(sigma_t2: float, counts: np.ndarray, within: np.ndarray, cost_train: float, cost_job: np.ndarray,
+              target: float) -> tuple[float, int, int, int]:
+    """(cost, I, J, K) of the cheapest design with I ≥ MIN_PLAN_TRAINING_SEEDS and K among `counts`, where K =
+    counts[k] has the within-training-seed variance `within[k]` per job and the cost `cost_job[k]` per job.
+
+    Exact: the optimum has I = I_min(J) and J = J_min(I) (fewer of either misses the target, more only costs), so it
+    is either a pair (I_min(J), J) with J ≤ S or a pair (I, J_min(I)) with I ≤ I_min(S) ≤ fewest + S + 1, where
+    fewest = ⌊σ_T²/target²⌋ + 1 and S = ⌈√(σ_W²/target²)⌉: about 2S candidates per K, however small the target."""
+    tolerance = 1 - 1e-12  # a design exactly on the target reaches it, whatever the last bit of the division
+    first = max(MIN_PLAN_TRAINING_SEEDS, math.ceil(sigma_t2 / target * tolerance))
+    fewest = max(MIN_PLAN_TRAINING_SEEDS, math.floor(sigma_t2 / target) + 1)
+    span = max(1, math.ceil(math.sqrt(float(within.max()) / target)))
+    within, cost_job = within[:, None], cost_job[:, None]
+    j_side = np.broadcast_to(np.arange(1, span + 1, dtype=float), (len(within), span))
+    i_for_j = np.maximum(MIN_PLAN_TRAINING_SEEDS, np.ceil((sigma_t2 + within / j_side) / target * tolerance))
+    i_side = np.broadcast_to(np.arange(first, fewest + span + 2, dtype=float), (len(within), fewest + span + 2 - first))
+    gap = i_side * target - sigma_t2  # > 0 from `fewest` on
+    with np.errstate(divide="ignore", invalid="ignore"):
+        j_for_i = np.where(within == 0, 1.0, np.where(gap > 0, np.maximum(1.0, np.ceil(within / gap * tolerance)),
+                                                      math.inf))
+    designs_i, designs_j = np.hstack([i_for_j, i_side]), np.hstack([j_side, j_for_i])
+    designs_k = np.broadcast_to(np.asarray(counts, dtype=float)[:, None], designs_i.shape)
+    costs = designs_i * (cost_train + designs_j * cost_job)
+    cheapest = np.flatnonzero(costs.ravel() <= costs.min() * (1 + 1e-12))
+    best = min(cheapest, key=lambda c: (designs_j.flat[c], designs_k.flat[c], designs_i.flat[c]))
+    return (float(costs.flat[best]), int(designs_i.flat[best]), int(designs_j.flat[best]),
+            int(designs_k.flat[best]))
+
+
+def _evaluation_seeds(sigma_e2: float, cost_eval: float) -> bool:
+    """Whether the plan searches K: σ_E² > 0 and a recorded time for one more evaluation seed."""
+    return sigma_e2 > 0 and math.isfinite(cost_eval) and cost_eval >= 0
+
+
+def _relaxed_cost(sigma_t2: float, within: np.ndarray, cost_train: float, cost_job: np.ndarray,
+                  target: float) -> np.ndarray:
+    """The cheapest cost with real I and J ≥ 1, a lower bound of every integer design's: (√(σ_T² c_T) + √(σ_W² c))²
+    /target² at J* = √(c_T σ_W² / (c σ_T²)) (Snedecor & Cochran §21.11), or its value at J = 1 where J* < 1."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        j_star = np.sqrt(cost_train * within / (cost_job * sigma_t2))
+    at_optimum = (math.sqrt(sigma_t2 * cost_train) + np.sqrt(within * cost_job)) ** 2 / target
+    return np.where(j_star >= 1, at_optimum, (sigma_t2 + within) * (cost_train + cost_job) / target)
+
+
+def _cheapest_with_k(sigma_t2: float, sigma_u2: float, sigma_e2: float, cost_train: float, cost_unlearn: float,
+                     cost_eval: float, target: float) -> tuple[float, int, int, int]:
+    """`_cheapest` over K = 1..MAX_PLAN_K: only the K whose relaxed cost (`_relaxed_cost`) does not exceed the best
+    integer design at K = 1 or at the relaxed optimum's K can hold the optimum; those are searched."""
+    counts = np.arange(1, MAX_PLAN_K + 1, dtype=float)
+    within, cost_job = sigma_u2 + sigma_e2 / counts, cost_unlearn + (counts - 1) * cost_eval
+    relaxed = _relaxed_cost(sigma_t2, within, cost_train, cost_job, target)
+    candidates = sorted({0, int(np.argmin(relaxed))})
+    bound = _cheapest(sigma_t2, counts[candidates], within[candidates], cost_train, cost_job[candidates], target)[0]
+    kept = relaxed <= bound * (1 + 1e-9)
+    return _cheapest(sigma_t2, counts[kept], within[kept], cost_train, cost_job[kept], target)
+
+
+def _plan_notes(sigma_t2: float, sigma_u2: float, sigma_e2: float, searched_k: bool, one_seed_cost: float,
+                cost: float, k: int) -> list[str]:
+    """What a plan's numbers mean where they are degenerate or where the floor of two training seeds decided them."""
+    notes = []
+    if sigma_e2 > 0 and not searched_k:
+        notes.append("no evaluation time recorded: one evaluation seed per job (K = 1), σ_E² counted with σ_U²")
+    if sigma_u2 == 0 and sigma_e2 == 0 and sigma_t2 > 0:
+        notes.append("σ_U² = 0: extra unlearning seeds buy nothing; only training seeds lower the error")
+    if sigma_t2 == 0:
+        notes.append("σ̂_T² = 0, often a negative estimate truncated at 0 rather than no training-seed effect: at "
+                     f"least {MIN_PLAN_TRAINING_SEEDS} training seeds, since σ_T² cannot be estimated from one")
+    elif one_seed_cost < cost:
+        notes.append(f"at least {MIN_PLAN_TRAINING_SEEDS} training seeds: one would reach the target at these values, "
+                     "but σ_T² cannot be estimated from one")
+    if k == MAX_PLAN_K:
+        notes.append(f"K at the search bound ({MAX_PLAN_K})")
+    return notes
+
+
+def _one_seed_cost(sigma_t2: float, within: np.ndarray, cost_train: float, cost_job: np.ndarray,
+                   target: float) -> float:
+    """The cheapest design with a single training seed (inf where none reaches the target): what the floor of two
+    training seeds displaces."""
+    if sigma_t2 >= target:
+        return math.inf
+    jobs = np.maximum(1.0, np.ceil(within / (target - sigma_t2) * (1 - 1e-12)))
+    return float(np.min(cost_train + jobs * cost_job))
+
+
+def seed_plan(sigma_t2: float, sigma_u2: float, cost_train: float, cost_unlearn: float, target_se: float,
+              sigma_e2: float = 0.0, cost_eval: float = math.nan) -> SeedPlan:
+    """The seed plan for one metric (see `SeedPlan`); `cost_*` in seconds, from the sweep's records.
+
+    `sigma_e2` = 0 where the sweep does not separate the evaluation seed (σ_E² is then inside σ_U²): K = 1 and the
+    two-stage plan. With σ_E² > 0 and `cost_eval` (c_E) recorded, K is searched up to `MAX_PLAN_K`; without
+    `cost_eval`, K = 1 and σ_E² adds to σ_U². Components may be the upper limits of their intervals: an infinite one
+    gives no plan. NaN: not identifiable, no plan. σ_T² = 0 (often a truncated negative estimate): still I ≥ 2,
+    the cheapest such design. All components 0: I = 2, J = K = 1.
+    """
+    _check_plan_inputs(target_se, sigma_t2=sigma_t2, sigma_u2=sigma_u2, sigma_e2=sigma_e2)
+    nan = math.nan
+    reason = _unplannable(sigma_t2, sigma_u2, sigma_e2, cost_train, cost_unlearn)
+    if reason:
+        return SeedPlan(None, None, None, nan, nan, nan, reason)
+    within_one = sigma_u2 + sigma_e2  # the two-stage within-seed variance of jobs with one evaluation seed
+    j_star = 0.0 if within_one == 0 else math.inf if sigma_t2 == 0 else math.sqrt(
+        cost_train * within_one / (cost_unlearn * sigma_t2))
+    if sigma_t2 == within_one == 0:
+        return SeedPlan(MIN_PLAN_TRAINING_SEEDS, 1, 1, j_star, 0.0,
+                        float(MIN_PLAN_TRAINING_SEEDS * (cost_train + cost_unlearn)),
+                        f"no seed variance at these values: any design reaches the target; {MIN_PLAN_TRAINING_SEEDS} "
+                        "training seeds still, since σ_T² cannot be estimated from one")
     target = target_se**2
-    if sigma_u2 == 0:
-        j_star, note = 0.0, "σ_U² = 0: extra unlearning seeds buy nothing; only training seeds lower the error"
-    elif sigma_t2 == 0:
-        j_star, note = math.inf, ("σ̂_T² = 0: training seeds add cost and no information here; unlearning seeds on "
-                                  "one model")
+    searched_k = _evaluation_seeds(sigma_e2, cost_eval)
+    if searched_k:
+        cost, i, j, k = _cheapest_with_k(sigma_t2, sigma_u2, sigma_e2, cost_train, cost_unlearn, cost_eval, target)
+        within, cost_job = np.array([sigma_u2 + sigma_e2 / k]), np.array([cost_unlearn + (k - 1) * cost_eval])
     else:
-        j_star, note = math.sqrt(cost_train * sigma_u2 / (cost_unlearn * sigma_t2)), ""
-    if sigma_t2 == 0 and sigma_u2 == 0:
-        return SeedPlan(1, 1, j_star, 0.0, cost_train + cost_unlearn, "no seed variance: one job reaches any error")
-    if sigma_t2 == 0:  # one training seed is cheapest: I·c_T more for the same I·J
-        j = max(1, math.ceil(sigma_u2 / target * (1 - 1e-12)))
-        return SeedPlan(1, j, j_star, math.sqrt(sigma_u2 / j), cost_train + j * cost_unlearn, note)
-    fewest = math.floor(sigma_t2 / target) + 1  # the fewest training seeds with which some J reaches the target
-    last = math.ceil(sigma_u2 / (fewest * target - sigma_t2))  # with it: more unlearning seeds only cost
-    best: tuple[float, int, int] | None = None
-    for j in range(1, min(max(1, last), MAX_PLAN_J) + 1):
-        i = max(1, math.ceil((sigma_t2 + sigma_u2 / j) / target * (1 - 1e-12)))
-        cost = i * (cost_train + j * cost_unlearn)
-        if best is None or cost < best[0]:
-            best = (cost, i, j)
-    cost, i, j = best
-    return SeedPlan(i, j, j_star, math.sqrt(sigma_t2 / i + sigma_u2 / (i * j)), cost, note)
+        within, cost_job = np.array([within_one]), np.array([cost_unlearn])
+        cost, i, j, k = _cheapest(sigma_t2, np.ones(1), within, cost_train, cost_job, target)
+    notes = _plan_notes(sigma_t2, sigma_u2, sigma_e2, searched_k,
+                        _one_seed_cost(sigma_t2, within, cost_train, cost_job, target), cost, k)
+    se = math.sqrt(sigma_t2 / i + sigma_u2 / (i * j) + sigma_e2 / (i * j * k))
+    return SeedPlan(i, j, k, j_star, se, cost, "; ".join(notes))

@@ -14,20 +14,24 @@ from unlearnbench.report.compute.seed_design import rank_label
 from unlearnbench.report.read.collect import describe_numerics, failed_methods
 
 MAX_ERROR_LINES = 20
+TRUNCATED = ("0†: a negative estimate (its mean squares in the wrong order, often by chance with few seeds) "
+             "truncated at 0; the share is of the truncated values, and the interval still says how large the "
+             "component may be.")
 VARIANCE_INTRO = ["### Seed variance: training seed (σ_T²) and unlearning seed (σ_U²)", "",
                   "One-way nested random effects; total = σ_T² + σ_U²; ICC = σ_T² / total. σ_T² with the "
                   "Graybill–Wang interval; σ_U² with a studentized bootstrap over training seeds, which holds when "
                   "the unlearning seed matters more for some trained models than for others; the exact χ² interval "
                   "beside it only where a Brown–Forsythe test does not reject equal per-seed variances (p ≥ 0.05). "
                   "var(Z | S = s): the smallest and largest variance over one training seed's unlearning seeds "
-                  "(det.: seeds where it is exactly 0). Every metric and model in `seed_variance.csv`, every "
-                  "training seed in `seed_variance_by_seed.csv`.", ""]
+                  f"(det.: seeds where it is exactly 0). {TRUNCATED} Where the sweep varies the evaluation seed, "
+                  "σ_T² and σ_U² are the three-stage split's (below). Every metric and model in "
+                  "`seed_variance.csv`, every training seed in `seed_variance_by_seed.csv`.", ""]
 EVALUATION_INTRO = ["### Seed variance with the evaluation seed (σ_E²)", "",
                     "Where the sweep varies `seeds.eval` within each (training, unlearning) seed pair (sampled "
                     "decoding, `evaluation.sampling`): the three-stage nested split, total = σ_T² + σ_U² + σ_E², "
-                    "with each part's share, for the metrics the evaluation seed moves; K evaluation seeds per pair "
-                    "(harmonic mean). In the table above the evaluation seed's variance is part of σ_U². Every "
-                    "metric in `seed_variance_eval.csv`.", ""]
+                    "with 95% intervals (σ_T², σ_U²: Graybill–Wang; σ_E²: χ²) and each part's share, for the metrics "
+                    "the evaluation seed moves; K evaluation seeds per pair. The table above takes its σ_T², σ_U² and "
+                    "σ_E² from this split. {truncated} Every metric in `seed_variance_eval.csv`.", ""]
 W2_INTRO = ["### Single- against multi-training-seed design (W2)", "",
             "A(i): the J unlearning seeds of training seed i; B₋ᵢ: one unlearning seed (the smallest) of every "
             "other training seed. W2(A(i), B₋ᵢ) for every training seed i, against the 95th percentile of its "
@@ -39,10 +43,24 @@ RANK_INTRO = ["### How misleading is one training seed?", "",
               "the others' best, with its Wilson 95% interval; τ: Kendall's τ-b between the two rankings. Every seed "
               "in `rank_stability_by_seed.csv`.", ""]
 PLAN_INTRO = ["### How many seeds to run", "",
-              "The cheapest I training seeds × J unlearning seeds each whose mean has a standard error ≤ {target} "
-              "(`report.target_se`): SE² = σ_T²/I + σ_U²/(IJ), cost = I·c_T + I·J·c_U, with c_T the median time "
-              "to train M_o and c_U that of M_r plus the method, both measured in this sweep; J* = √(c_T σ_U² / "
-              "(c_U σ_T²)) is the continuous optimum. Every metric in `seed_plan.csv`.", ""]
+              "The cheapest I training seeds × J unlearning seeds each (× K evaluation seeds, where the sweep "
+              "separates their variance) whose mean has a standard error ≤ {target} (`report.target_se`): SE² = "
+              "σ_T²/I + σ_U²/(IJ) + σ_E²/(IJK), cost = I·(c_T + J·(c_U + (K − 1)·c_E)), with c_T the median time "
+              "to train M_o, c_U that of M_r plus the method and c_E the method's, all measured in this sweep. "
+              "Planned at the upper limits of the components' 95% intervals (one-sided 97.5% limits: the headline, "
+              "since a pilot of few seeds estimates them poorly) and at the estimates; never fewer than 2 training "
+              "seeds, since σ_T² cannot be estimated from one. {truncated} A plan from a pilot is a first estimate: "
+              "rebuild the report once more seeds have finished. Every metric in `seed_plan.csv`.", ""]
+POWER_INTRO = ["### How many seeds to tell two methods apart", "",
+               "For the methods the leaderboard places next to each other (and every pair of `report.compare`), per "
+               "leaderboard metric: each method's distance to the metric's ideal in its own job, and their paired "
+               "difference d_a − d_b over the same jobs (< 0: a is closer). Its mean [95% t-interval] and p over "
+               "the training seeds' means (df I − 1; one pair's test, not corrected for the other pairs: the "
+               "leaderboard's Wilcoxon–Holm verdict says which pairs differ); σ_T² and σ_U² of the difference; "
+               "the power of this sweep's I × J to detect δ (the observed |difference|, or "
+               "`report.min_difference`), and the cheapest I × J with power 0.8 at α = 0.05 (the noncentral t of "
+               "a multisite design: Raudenbush and Liu, Psychological Methods 5, 2000). Every pair in "
+               "`seed_power.csv`.", ""]
 
 
 def unbalanced_text(details: dict) -> str:
@@ -181,9 +199,14 @@ def main_rows(frame: pd.DataFrame, columns: list[tuple[str, str, str]]) -> pd.Da
     return chosen.sort_values(["_rank", "method"], kind="stable").drop(columns="_rank")
 
 
+def truncated(value: float, flag) -> str:
+    """An estimate, marked † where it is a negative one truncated at 0."""
+    return f"{fmt(value)}†" if flag is True or flag == 1 else fmt(value)
+
+
 def variance_section(variance: pd.DataFrame, columns: list[tuple[str, str, str]], catalogue: Catalogue) -> list[str]:
     rows = [[r.method, catalogue.label(r.metric, r.split), str(r.I), fmt(r.J), fmt(r.total),
-             interval(r.sigma_t2, r.sigma_t2_low, r.sigma_t2_high),
+             interval_text(truncated(r.sigma_t2, r.sigma_t2_truncated), r.sigma_t2_low, r.sigma_t2_high),
              interval(r.sigma_u2, r.sigma_u2_low, r.sigma_u2_high),
              "–" if math.isnan(r.sigma_u2_chi2_low) else f"[{fmt(r.sigma_u2_chi2_low)}, {fmt(r.sigma_u2_chi2_high)}]",
              spread(r), fmt(r.homogeneity_p), fmt(r.icc)]
@@ -195,17 +218,24 @@ def variance_section(variance: pd.DataFrame, columns: list[tuple[str, str, str]]
                      "var(Z | S = s): min–max", "equal var. p", "ICC"], rows)
 
 
+def interval_text(text: str, low: float, high: float) -> str:
+    return text if math.isnan(low) else f"{text} [{fmt(low)}, {fmt(high)}]"
+
+
 def evaluation_section(split: pd.DataFrame, catalogue: Catalogue) -> list[str]:
     """The unlearned models' rows whose evaluation seed moves them (σ_E² > 0), by method."""
     moved = split[(split["role"] == "unlearned") & (split["sigma_e2"] > 0)].sort_values(["method", "metric"],
                                                                                         kind="stable")
     rows = [[r.method, catalogue.label(r.metric, r.split), str(r.I), fmt(r.J), fmt(r.K), fmt(r.total),
-             fmt(r.sigma_t2), fmt(r.sigma_u2), fmt(r.sigma_e2),
-             " / ".join("–" if math.isnan(v) else f"{v:.0%}" for v in (r.train_share, r.unlearn_share, r.eval_share))]
-            for r in moved.itertuples()]
+             interval_text(truncated(r.sigma_t2, r.sigma_t2_truncated), r.sigma_t2_low, r.sigma_t2_high),
+             interval_text(truncated(r.sigma_u2, r.sigma_u2_truncated), r.sigma_u2_low, r.sigma_u2_high),
+             interval(r.sigma_e2, r.sigma_e2_low, r.sigma_e2_high),
+             " / ".join("–" if math.isnan(v) else f"{v:.0%}" for v in (r.train_share, r.unlearn_share, r.eval_share)),
+             r.estimator] for r in moved.itertuples()]
     if not rows:
         return []
-    return md_table(["method", "metric", "I", "J", "K", "total", "σ_T²", "σ_U²", "σ_E²", "shares T / U / E"], rows)
+    return md_table(["method", "metric", "I", "J", "K", "total", "σ_T² [95% CI]", "σ_U² [95% CI]", "σ_E² [95% CI]",
+                     "shares T / U / E", "estimator"], rows)
 
 
 def spread(row) -> str:
@@ -235,6 +265,13 @@ def grid_size(values: pd.DataFrame) -> str:
     return f"I = {len(per_seed)}, J = {int(per_seed.max())}"
 
 
+def design(i, j, k=None) -> str:
+    """`I × J` (`× K` where K > 1), or – where there is no plan."""
+    if pd.isna(i):
+        return "–"
+    return f"{int(i)} × {int(j)}" + (f" × {int(k)}" if not pd.isna(k) and int(k) > 1 else "")
+
+
 def plan_section(plans: pd.DataFrame, columns: list[tuple[str, str, str]], grid: str,
                  catalogue: Catalogue) -> list[str]:
     """The seed plan of the rows where σ_T² and σ_U² are both estimated; one line where none is."""
@@ -246,12 +283,30 @@ def plan_section(plans: pd.DataFrame, columns: list[tuple[str, str, str]], grid:
     if identified.empty:
         return [f"How many seeds to run: not identifiable from this grid: {grid} (σ_T² needs two training seeds, "
                 f"σ_U² two unlearning seeds of one; `seed_plan.csv`)."]
-    rows = [[r.method, catalogue.label(r.metric, r.split), fmt(r.sigma_t2), fmt(r.sigma_u2), fmt(r.cost_train_s),
-             fmt(r.cost_unlearn_s), fmt(r.j_star),
-             "–" if pd.isna(r.plan_I) else f"{int(r.plan_I)} × {int(r.plan_J)}", fmt(r.plan_se), fmt(r.plan_cost_s),
-             r.note] for r in identified.itertuples()]
-    return md_table(["method", "metric", "σ̂_T²", "σ̂_U²", "c_T s", "c_U s", "J*", "I × J", "SE", "cost s", "note"],
-                    rows)
+    rows = [[r.method, catalogue.label(r.metric, r.split),
+             f"{truncated(r.sigma_t2, r.sigma_t2_truncated)} ({fmt(r.sigma_t2_high)})",
+             f"{fmt(r.sigma_u2)} ({fmt(r.sigma_u2_high)})"
+             + ("" if pd.isna(r.sigma_e2) else f"; σ_E² {fmt(r.sigma_e2)} ({fmt(r.sigma_e2_high)})"),
+             fmt(r.cost_train_s), fmt(r.cost_unlearn_s), fmt(r.j_star),
+             design(r.upper_I, r.upper_J, r.upper_K), fmt(r.upper_cost_s),
+             design(r.point_I, r.point_J, r.point_K), fmt(r.point_cost_s),
+             "; ".join(n for n in (r.upper_note, r.point_note) if isinstance(n, str) and n)]
+            for r in identified.itertuples()]
+    return md_table(["method", "metric", "σ̂_T² (upper)", "σ̂_U² (upper)", "c_T s", "c_U s", "J*",
+                     "I × J at upper limits", "cost s", "I × J at estimates", "cost s", "note"], rows)
+
+
+def power_section(powers: pd.DataFrame, catalogue: Catalogue) -> list[str]:
+    """Per compared pair and leaderboard metric: the difference, its test, the power now and the planned design."""
+    rows = [[f"{r.method_a} − {r.method_b}", catalogue.label(r.metric, r.split), design(r.I, round(r.J)),
+             interval(r.mean_difference, r.low, r.high), fmt(r.p), fmt(r.min_difference),
+             "–" if pd.isna(r.power_now) else f"{r.power_now:.2f}", design(r.plan_I, r.plan_J),
+             "–" if pd.isna(r.plan_power) else f"{r.plan_power:.2f}", fmt(r.plan_cost_s), r.note or ""]
+            for r in powers.itertuples()]
+    if not rows:
+        return []
+    return md_table(["pair", "metric", "I × J", "d_a − d_b [95% CI]", "p", "δ", "power now", "I × J for 0.8",
+                     "power", "cost s", "note"], rows)
 
 
 def wasserstein_section(wasserstein: pd.DataFrame, columns: list[tuple[str, str, str]],
@@ -407,14 +462,16 @@ def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Pat
         columns = section_columns(part, catalogue)
         lines += [*best_rule(columns, catalogue), *main_section(part, columns, catalogue)]
         target_se = study.plans["target_se"].iloc[0] if not study.plans.empty else None
-        plan_intro = [line.format(target=fmt(target_se)) for line in PLAN_INTRO]
+        plan_intro = [line.format(target=fmt(target_se), truncated=TRUNCATED) for line in PLAN_INTRO]
+        evaluation_intro = [line.format(truncated=TRUNCATED) for line in EVALUATION_INTRO]
         for intro, section in ((VARIANCE_INTRO, variance_section(matching(variance, select), columns, catalogue)),
-                               (EVALUATION_INTRO, evaluation_section(matching(study.variance_eval, select),
+                               (evaluation_intro, evaluation_section(matching(study.variance_eval, select),
                                                                      catalogue)),
                                (W2_INTRO, wasserstein_section(matching(wasserstein, select), columns, catalogue)),
                                (RANK_INTRO, rank_section(matching(study.ranks, select), catalogue)),
                                (plan_intro, plan_section(matching(study.plans, select), columns,
-                                                         grid_size(matching(study.values, select)), catalogue))):
+                                                         grid_size(matching(study.values, select)), catalogue)),
+                               (POWER_INTRO, power_section(matching(study.powers, select), catalogue))):
             lines += [section[0], ""] if len(section) == 1 else [*intro, *section] if section else []
         lines += forget_quality_section(study.forgetting, select)
         lines += ["Every metric and split of every model: `table.csv` (mean ± std across training seeds), "
