@@ -187,7 +187,7 @@ def test_per_seed_variances_ranks_and_seed_plan_of_the_constructed_grid(construc
     assert forget["p_low"] == 0.0 and 0.5 < forget["p_high"] < 0.6  # Wilson's interval for 0 of 3
     plans = pd.read_csv(report / "seed_plan.csv")
     beta = rows(plans, method="beta", metric="delta_acc").iloc[0]
-    assert beta["note"].startswith("no training or unlearning time")  # its time_s is null
+    assert beta["point_note"].startswith("no training or unlearning time")  # its time_s is null
     assert "How many seeds to run" in (report / "report.md").read_text()
     assert set(plans["target_se"]) == {0.01}  # the default; `--target-se` sets it
     root = report.parent.parent
