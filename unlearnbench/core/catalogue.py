@@ -10,8 +10,10 @@ the report derives across jobs (`Derived`). A job writes the catalogue of the me
     ideal: a number   the value closest to it is best (deltas and distances 0, forget quality 1, MIA 0.5)
            RETRAINED  the value closest to the retrained model's mean is best (accuracies, utilities)
            None       no best value: shown, never marked, not rankable
-    scale: the span of the metric's distances to its ideal (1 for fractions, 100 for privleak's percent), so that
-           a tuning objective (core/tuning.py) weighs every metric alike in [0, 1]
+    scale: the unit a tuning objective (report/compute/tuning.py) divides the metric's distance to its ideal by,
+           so that metrics of different units count alike: 1 for fractions (their distances lie in [0, 1]), 100 for
+           privleak's percent (100·(AUC_u − AUC_r)/AUC_r: its distance / 100 lies in [0, 1] below the ideal and in
+           [0, ∞) above it, past 1 where AUC_u > 2·AUC_r)
 
 The costs every job records and the relearn stage's metrics belong to no task: they are declared here (`CORE`).
 """
@@ -38,7 +40,7 @@ class Metric:
     headline: tuple[str, ...] = ()
     leaderboard: tuple[str, ...] = ()
     figure: tuple[str, ...] = ()
-    scale: float = 1.0  # the span of its distances to the ideal (privleak's percent: 100): tuning divides by it
+    scale: float = 1.0  # the unit of its distances to the ideal (privleak's percent: 100): tuning divides by it
 
     def __post_init__(self) -> None:
         if not (self.ideal is None or self.ideal == RETRAINED or isinstance(self.ideal, int | float)):
