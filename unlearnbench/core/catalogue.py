@@ -12,8 +12,8 @@ the report derives across jobs (`Derived`). A job writes the catalogue of the me
            None       no best value: shown, never marked, not rankable
     scale: the unit a tuning objective (report/compute/tuning.py) divides the metric's distance to its ideal by,
            so that metrics of different units count alike: 1 for fractions (their distances lie in [0, 1]), 100 for
-           privleak's percent (100·(AUC_u − AUC_r)/AUC_r: its distance / 100 lies in [0, 1] below the ideal and in
-           [0, ∞) above it, past 1 where AUC_u > 2·AUC_r)
+           privleak's percent (OpenUnlearning's 100·((1 − AUC_u) − (1 − AUC_r))/(1 − AUC_r): its distance / 100
+           lies in [0, 1] below the ideal and in [0, ∞) above it, past 1 where 1 − AUC_u > 2·(1 − AUC_r))
 
 The costs every job records and the relearn stage's metrics belong to no task: they are declared here (`CORE`).
 """
