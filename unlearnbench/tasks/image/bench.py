@@ -19,13 +19,14 @@ from unlearnbench.core.errors import UserError
 from unlearnbench.core.outcome import Outcome, as_records, cost_scores
 from unlearnbench.core.plan import JobPlan
 from unlearnbench.core.relearn import RelearnSettings
+from unlearnbench.core.validation import scored_part
 from unlearnbench.runtime import progress
 from unlearnbench.runtime.cache import ModelCache
 from unlearnbench.runtime.evaluate import evaluation_batch_size
 from unlearnbench.runtime.models import ModelStore, Trained, training_channels_last
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.seeding import streams
-from unlearnbench.tasks.image.data.base import full_pool
+from unlearnbench.tasks.image.data.base import ImageData, full_pool
 from unlearnbench.tasks.image.data.scenarios import Scenario, Splits
 from unlearnbench.tasks.image.data.transforms import Normalizer
 from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask
@@ -33,6 +34,17 @@ from unlearnbench.tasks.image.metrics.added import added_catalogue
 from unlearnbench.tasks.image.metrics.examples import ExampleTable
 from unlearnbench.tasks.image.metrics.relearn import ImageRelearning
 from unlearnbench.tasks.image.metrics.scoring import Evaluator, Outputs, Scorer
+
+
+def scored_test_pool(data: ImageData, config: dict, outcome: Outcome) -> ImageData:
+    """The data with the test pool this job scores: a tuning's trials one part of it, its held-out judgement the
+    other (core/validation.py), so that D'_f, D'_r and the membership attacks' non-members come from the job's part;
+    the whole pool outside tuning. The training pool, and with it M_o, M_r and their cache keys, is the loaded one."""
+    part = scored_part(config, "test", len(data.test_labels))
+    if part is None:
+        return data
+    outcome.dataset["scored"] = {"test": part.describe()}
+    return data.test_part(torch.from_numpy(part.rows).to(data.device))
 
 
 class Workbench(Bench):
@@ -46,6 +58,7 @@ class Workbench(Bench):
             self.data = build(plan.config["dataset"], "dataset").load().to(fabric.device)
             loading.note(f"{len(self.data.train_labels):,} training and {len(self.data.test_labels):,} test images")
         outcome.dataset = self.data.describe()
+        self.data = scored_test_pool(self.data, plan.config, outcome)
         self.scenario = build(plan.config["scenario"], "scenario")
         if not isinstance(self.scenario, Scenario):
             raise UserError(f"scenario {self.scenario.name} is not an image-classification scenario; valid: "

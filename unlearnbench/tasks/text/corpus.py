@@ -36,6 +36,8 @@ class CorpusData:
     extra: list[str] = field(default_factory=list)
     probes: dict[str, list[dict]] = field(default_factory=dict)
     new_tokens: dict[str, int] = field(default_factory=dict)  # the longest generation of each probe that generates
+    held_out: tuple[str, ...] = ()  # the probes outside training that probe no corpus (non-members, general questions
+    # no model trains on): a tuning's trials score one part of each, its held-out judgement the other (`CorpusBench`)
 
     def texts(self) -> list[str]:
         """Every string of the corpora and the evaluation sets: what the CPU tokenizer learns its vocabulary from."""

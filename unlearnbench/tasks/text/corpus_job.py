@@ -13,12 +13,15 @@ its models are evaluated (`evaluator`).
 from __future__ import annotations
 
 from abc import abstractmethod
+from dataclasses import replace
 
+import numpy as np
 from lightning_fabric import Fabric
 
 from unlearnbench.core.errors import UserError
 from unlearnbench.core.outcome import Outcome
 from unlearnbench.core.plan import JobPlan
+from unlearnbench.core.validation import scored_part
 from unlearnbench.runtime import progress
 from unlearnbench.tasks.text.corpus import CorpusData, CorpusSplits, ForgetCorpus
 from unlearnbench.tasks.text.evaluate import TextExamples
@@ -34,6 +37,8 @@ class CorpusBench(TextBench):
     def __init__(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
         self.prepare(fabric, plan, outcome)
         self.data: CorpusData
+        self.probe_rows: dict[str, np.ndarray] = {}  # where a tuning's job scores a part of a held-out probe
+        self.data = self.scored_probes(self.data)  # after the tokenizer and the cache's identity: both see every text
         self.targets = self.scenario.targets(self.data)
         corpus = self.scenario.split(self.tokenizer, self.data, self.model.max_length)
         empty = [name for name, chunks in (("forget", corpus.forget), ("retain", corpus.retain)) if not chunks]
@@ -43,6 +48,20 @@ class CorpusBench(TextBench):
         self.splits = {target: corpus for target in self.targets}
         if plan.config["evaluation"]["examples"]:
             outcome.examples = self.examples()
+
+    def scored_probes(self, data: CorpusData) -> CorpusData:
+        """The data with the part of each held-out probe (`CorpusData.held_out`: MUSE's PrivLeak holdout texts,
+        WMDP's MMLU questions) this job scores: a tuning's trials one part, its held-out judgement the other
+        (core/validation.py); every probe whole outside tuning. The corpora, and the probes of what they hold
+        (VerbMem, KnowMem, the other PrivLeak texts, WMDP's hazard questions), are the object of unlearning: whole."""
+        parts = [scored_part(self.config, name, len(data.probes[name])) for name in data.held_out]
+        parts = [part for part in parts if part is not None]
+        if not parts:
+            return data
+        self.outcome.dataset["scored"] = {part.name: part.describe() for part in parts}
+        self.probe_rows = {part.name: part.rows for part in parts}
+        return replace(data, probes=data.probes | {part.name: [data.probes[part.name][row] for row in part.rows]
+                                                   for part in parts})
 
     def split(self, target: str) -> CorpusSplits:
         splits = self.splits[target]
@@ -72,7 +91,7 @@ class CorpusBench(TextBench):
     def evaluation(self, target: str, splits: CorpusSplits, original: TunedModel,
                    retrained: TunedModel) -> TextEvaluation:
         evaluator = self.evaluator(self.config["evaluation"]["batch_size"] or EVAL_BATCH)
-        return TextEvaluation(self.outcome, evaluator, target, {}, original, retrained)
+        return TextEvaluation(self.outcome, evaluator, target, self.probe_rows, original, retrained)
 
     def examples(self) -> TextExamples | None:
         """The benchmark's examples.parquet, or None where it writes none."""

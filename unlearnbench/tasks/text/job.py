@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -33,6 +33,7 @@ from unlearnbench.core.method import keyed
 from unlearnbench.core.outcome import Diverged, Outcome, as_records, cost_scores
 from unlearnbench.core.plan import JobPlan
 from unlearnbench.core.relearn import RelearnSettings
+from unlearnbench.core.validation import scored_part
 from unlearnbench.runtime import progress
 from unlearnbench.runtime.cache import ModelCache, cache_key, cached_or_trained, derived_key
 from unlearnbench.runtime.monitor import Cost, CostMonitor
@@ -85,8 +86,10 @@ class TextBench(Bench):
     def __init__(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
         self.prepare(fabric, plan, outcome)
         self.targets = self.scenario.targets(self.data)
-        self.splits = {target: self.scenario.split(self.data, streams("forget_set", self.seeds["forget"]).torch)
-                       for target in self.targets}  # before any training: a forget set that cannot be fails here
+        self.holdout_rows: dict[str, np.ndarray] = {}  # where a tuning's job scores a part of the holdout set
+        drawn = {target: self.scenario.split(self.data, streams("forget_set", self.seeds["forget"]).torch)
+                 for target in self.targets}  # before any training: a forget set that cannot be fails here
+        self.splits = {target: self.scored_holdout(target, splits) for target, splits in drawn.items()}
         self.general = self.data.real_authors + self.data.world_facts
         if plan.config["evaluation"]["examples"]:
             outcome.examples = TextExamples(0, outcome.dataset["fingerprint"])
@@ -128,6 +131,19 @@ class TextBench(Bench):
             raise UserError(f"evaluation.relearn copies each model whole, which strategy={config['strategy']['name']} "
                             f"splits across ranks; for relearn time use strategy single, ddp, ddp_spawn or "
                             f"deepspeed_stage_1/2")
+
+    def scored_holdout(self, target: str, splits: TextSplits) -> TextSplits:
+        """The splits with the holdout set this job scores: a tuning's trials one part of it, its held-out judgement
+        the other (core/validation.py); the whole set outside tuning. The holdout set (the membership attacks'
+        non-members) is the one set outside training: the forget and retain sets are the object of unlearning, and
+        the general sets are retained training data (M_o and M_r train on them: `original_records`,
+        `retrained_records`), so every job scores them whole."""
+        part = scored_part(self.config, "holdout", len(splits.holdout))
+        if part is None:
+            return splits
+        self.outcome.dataset["scored"] = {"holdout": part.describe()}
+        self.holdout_rows[target] = part.rows
+        return replace(splits, holdout=[splits.holdout[row] for row in part.rows])
 
     def data_note(self) -> str:
         return f"{len(self.data.full):,} records of {len(self.data.entities())} entities"
@@ -244,7 +260,7 @@ class TextBench(Bench):
         evaluator = TextEvaluator(self.fabric, self.encoder, splits, options["batch_size"] or EVAL_BATCH,
                                   self.model.max_new_tokens, self.sampling(), self.gradnorm,
                                   options["reference_numerics"])
-        return TextEvaluation(self.outcome, evaluator, target, self.positions(splits), original, retrained)
+        return TextEvaluation(self.outcome, evaluator, target, self.positions(target, splits), original, retrained)
 
     def sampling(self) -> Sampling | None:
         """Leak@k's sampled decoding (`evaluation.sampling`), from the evaluation seed; None where it is off."""
@@ -266,8 +282,9 @@ class TextBench(Bench):
         plain = plain.merge_and_unload() if hasattr(plain, "merge_and_unload") else plain
         return self.model.adapt(plain, streams("lora", "relearn", self.seeds["eval"]).seed)
 
-    def positions(self, splits: TextSplits) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Per example split, each record's `index` and `label` for examples.parquet (`TextExamples`)."""
+    def positions(self, target: str, splits: TextSplits) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per example split, each record's `index` and `label` for examples.parquet (`TextExamples`): a holdout
+        record's index is its position in the whole holdout set, also where a tuning's job scores a part of it."""
         entity = {name: i for i, name in enumerate(self.data.entities())}
         forgotten = set(splits.entities)
         in_full = np.array([i for i, r in enumerate(self.data.full) if r["entity"] in forgotten], dtype=np.int64)
@@ -276,7 +293,7 @@ class TextBench(Bench):
                                            ("holdout", splits.holdout))}
         return {"forget": (in_full, labelled["forget"]),
                 "retain": (np.arange(len(splits.retain_eval)), labelled["retain"]),
-                "holdout": (np.arange(len(splits.holdout)), labelled["holdout"])}
+                "holdout": (self.holdout_rows.get(target, np.arange(len(splits.holdout))), labelled["holdout"])}
 
 
 class TextEvaluation(Evaluation):

@@ -152,7 +152,8 @@ class MuseExamples(TextExamples):
             n = len(loss)
             for name, value in {"target": target, "role": role, "method": method, "split": split}.items():
                 self.columns[name] += [value] * n
-            values = {"index": np.arange(n), "label": np.full(n, -1), "conf": confidence(loss), "loss": loss,
+            index = positions.get(f"privleak_{split}", np.arange(n))  # in the whole set, where a job scores a part
+            values = {"index": index, "label": np.full(n, -1), "conf": confidence(loss), "loss": loss,
                       "pred": outputs.exact[split], "mia_min_k": outputs.min_k[split]}
             for name, value in values.items():
                 self.columns[name].append(np.asarray(value))

@@ -52,6 +52,8 @@ FILES = {
     "privleak_retain": ("privleak", ("retain", "retain2"), ("text",), False),
 }
 CORPORA = ("forget", "retain", "extra")
+HELD_OUT = ("privleak_holdout",)  # never trained on, about no forget or retain text (VerbMem, KnowMem, the other
+# PrivLeak texts are): a tuning splits it between its trials and its held-out judgement (core/validation.py)
 
 
 def split_files(folder: Path, config: str, splits: tuple[str, ...]) -> list[Path]:
@@ -114,7 +116,7 @@ class MuseFiles:
     def read(self, files: dict[str, list[Path]]) -> CorpusData:
         rows = {probe: rows_of(found, FILES[probe][2]) for probe, found in files.items() if found}
         corpora = {probe: [row["text"] for row in rows.pop(probe)] for probe in CORPORA}
-        return CorpusData(self.name, corpora["forget"], corpora["retain"], corpora["extra"], rows)
+        return CorpusData(self.name, corpora["forget"], corpora["retain"], corpora["extra"], rows, held_out=HELD_OUT)
 
 
 SENTENCES = (
@@ -191,7 +193,7 @@ def muse_fictitious(articles: int = 16, icl: int = 3, seed: int = 0, name: str =
               "privleak_retain": [{"text": t} for t in texts["retain2"]],
               "privleak_holdout": [{"text": t} for t in texts["holdout"]]}
     return CorpusData(name, corpora["forget"], corpora["retain1"], corpora["retain2"], probes,
-                      dict(BUILT_IN_NEW_TOKENS))
+                      dict(BUILT_IN_NEW_TOKENS), HELD_OUT)
 
 
 class MuseFictitious:

@@ -119,9 +119,10 @@ class Wmdp:
                      for q in read_questions(question_files(_folder(self.root), self.subset))]
         corpora = {part: read_corpus(corpus_file(_folder(self.corpora), self.subset, part))
                    for part in ("forget", "retain")}
-        if self.general is not None:
-            general, retain = mmlu_questions(_folder(self.general)), corpora["retain"]
+        if self.general is not None:  # MMLU's questions, outside training: a tuning splits them (core/validation.py)
+            general, retain, held_out = mmlu_questions(_folder(self.general)), corpora["retain"], ("general",)
         else:  # the built-in general questions, their corpus added to the retain corpus to learn them from
             built_in = wmdp_fictitious(1, 40, self.seed)
-            general, retain = built_in.probes["general"], corpora["retain"] + built_in.retain
-        return CorpusData(self.name, corpora["forget"], retain, [], {"forget": questions, "general": general})
+            general, retain, held_out = built_in.probes["general"], corpora["retain"] + built_in.retain, ()
+        return CorpusData(self.name, corpora["forget"], retain, [], {"forget": questions, "general": general},
+                          held_out=held_out)

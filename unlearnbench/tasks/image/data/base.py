@@ -40,6 +40,7 @@ class ImageData:
     group_names: list[str] | None = None
     standard_targets: dict[str, list] = field(default_factory=dict)
     split: dict = field(default_factory=dict)  # how a loader drew the train/test pools, for result.json
+    test_positions: Tensor | None = None  # where the test rows were in the loaded pool (`test_part`); None: all
 
     @property
     def num_classes(self) -> int:
@@ -73,7 +74,24 @@ class ImageData:
             test_labels=move(self.test_labels),
             train_groups=move(self.train_groups),
             test_groups=move(self.test_groups),
+            test_positions=move(self.test_positions),
         )
+
+    def test_part(self, rows: Tensor) -> ImageData:
+        """The data with the test pool's `rows` alone (a tuning's part of it: core/validation.py), the training pool
+        untouched; `test_positions` keeps where they were in the loaded pool (examples.parquet's `index`)."""
+        def take(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t[rows]
+
+        return replace(self, test_images=take(self.test_images), test_labels=take(self.test_labels),
+                       test_groups=take(self.test_groups), test_positions=self.loaded_positions("test", rows))
+
+    def loaded_positions(self, pool: str, positions: Tensor | np.ndarray) -> Tensor | np.ndarray:
+        """Positions in this data's `pool` as positions in the pool as loaded (the same outside a tuning's part)."""
+        if pool == "train" or self.test_positions is None:
+            return positions
+        loaded = self.test_positions
+        return loaded[positions] if isinstance(positions, Tensor) else loaded.cpu().numpy()[positions]
 
     def describe(self) -> dict:
         """What result.json records of the data: its identity, the pools' sizes and how they were split."""

@@ -5,10 +5,12 @@ models on the same examples, so every job writes what they need, and the reporte
 
 - the examples: all of D_f, and `evaluation.examples_per_split` examples each of D_r and D'_r. The sample of a pool
   is the first examples of that split in one permutation of the pool drawn from the dataset's identity alone, so
-  every job of a sweep holds the same examples (and jobs with the same D_f the same D_r sample);
-- per example: its position `index` in its pool (train or test, as the dataset orders it), `label`, the
-  logit-scaled confidence `conf` = log p_y − log Σ_{k≠y} p_k (Carlini et al. 2022, "Membership inference attacks
-  from first principles"), the cross-entropy `loss` and the prediction `pred`.
+  every job of a sweep holds the same examples (and jobs with the same D_f the same D_r sample; a tuning's jobs,
+  which score a part of the test pool (core/validation.py), a permutation of that part);
+- per example: its position `index` in its pool (train or test, as the dataset orders it: in the pool as loaded
+  where a job scores a part of it), `label`, the logit-scaled confidence `conf` = log p_y − log Σ_{k≠y} p_k
+  (Carlini et al. 2022, "Membership inference attacks from first principles"), the cross-entropy `loss` and the
+  prediction `pred`.
 
 `conf` is computed as z_y − logsumexp_{k≠y} z_k from the logits in float64: the softmax's normaliser cancels, so it
 is finite at any logit gap (log(1 − p) would be −inf once p rounds to 1, at gaps of about 37 in float64).
@@ -101,7 +103,7 @@ class ExampleTable:
             self.columns["role"] += [role] * n
             self.columns["method"] += [method] * n
             self.columns["split"] += [split] * n
-            self.columns["index"].append(positions)
+            self.columns["index"].append(subset.data.loaded_positions(subset.pool, positions))
             self.columns["label"].append(labels.numpy())
             self.columns["conf"].append(conf)
             self.columns["loss"].append(loss)
