@@ -18,7 +18,10 @@ leaves it unset gets cores ÷ workers threads, so the workers never oversubscrib
 What holds whatever the launcher: the report is built once, at the end, from the files on disk (the callback); a
 model that several jobs need is trained once (the cache's lock: the others wait, then read it); a job's records are
 those of the basic launcher at the same `runtime.threads`; Ctrl-C (or SIGTERM) ends every worker and a rerun resumes,
-starting workers for the jobs that are not complete only (resume.py).
+starting workers for the jobs that are not complete only (resume.py). A terminal's Ctrl-C reaches the forkserver and
+the workers too: they were started with SIGINT blocked and the workers ignore it (runtime/interrupt.py), so that the
+launching process alone stops them, and prints its one line; while the workers start (the forkserver's imports, a
+few seconds), it waits until they have started, then ends them.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import signal
+import time
 import warnings
-from collections.abc import Iterator, Sequence
-from concurrent.futures import as_completed
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from itertools import islice
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -45,6 +49,7 @@ from hydra_plugins.unlearnbench_launcher.resume import complete_jobs
 log = logging.getLogger(__name__)
 
 SLOTS = ".workers"  # in the sweep folder: one lock file per worker slot
+HAND_S = 0.001  # how often to look whether loky has handed the calls to the workers (`handed`)
 IDLE_S = 300  # an idle worker ends after this long (joblib's loky default): the next sweep of this process reuses it
 
 
@@ -129,10 +134,10 @@ def run_in_worker(index: int, overrides: list[str], hydra_context: HydraContext,
     """One job in a worker process (`pooled`; with one worker joblib runs it in this process), composed as Hydra
     composes it in its own launchers."""
     import unlearnbench.core.config  # noqa: F401 (the resolvers the job's config uses)
-    from unlearnbench.runtime import progress
+    from unlearnbench.runtime import interrupt, progress
 
     if pooled:  # a terminal's Ctrl-C reaches the workers too: the launching process alone stops them, all at once
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        interrupt.leave_to_parent()
     progress.settings.tag = f"job {index}: "  # its lines interleave with the other workers' on the console
 
     setup_globals()
@@ -192,19 +197,28 @@ class LocalLauncher(Launcher):
 
     def run(self, calls: list[tuple], workers: int) -> Iterator[tuple[int, JobReturn]]:
         """Each call's (index, JobReturn), in the order they finish: in this process with one worker, else in loky's
-        pool over a preloaded forkserver (module docstring). Interrupted, or with the pool broken, the workers are
-        ended at once."""
+        pool over a preloaded forkserver (module docstring), one call per worker at a time. Interrupted, or with the
+        pool broken, the workers are ended at once, but never while a call is being handed to them (`handed`)."""
         from unlearnbench.runtime import interrupt
 
         if workers == 1:
             for function, *arguments in calls:
                 yield function(*arguments)
             return
+        interrupt.check()  # before starting the workers, rather than after
         pool = worker_pool(workers, str(self.config.task.bench))
+        queued, submitted = iter(calls), {}  # submitted: each unfinished call's future → its job's index
         try:
-            with interrupt.immediately():  # this process only waits: Ctrl-C or SIGTERM stops it at once
-                for future in as_completed([pool.submit(*call) for call in calls]):
-                    yield future.result()
+            while True:
+                submitted |= {pool.submit(*call): call[1] for call in islice(queued, workers - len(submitted))}
+                handed(submitted)
+                if not submitted:
+                    return
+                with interrupt.immediately():  # this process only waits: Ctrl-C or SIGTERM stops it at once
+                    done, _ = wait(submitted, return_when=FIRST_COMPLETED)
+                    for future in sorted(done, key=submitted.get):
+                        del submitted[future]
+                        yield future.result()
         except BaseException:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -212,12 +226,23 @@ class LocalLauncher(Launcher):
             raise
 
 
+def handed(futures: Iterable[Future]) -> None:
+    """Wait until loky has handed each submitted call to the workers' queue (the call runs) or settled it; an
+    interrupt meanwhile waits for the next `immediately`. Raised earlier, it would land inside the first `submit`,
+    which starts the workers and waits seconds for the forkserver's imports: the server would then fork a worker for a
+    process that is gone (a traceback). And loky 3.6, shut down with calls it has not handed yet, looks them up after
+    discarding them (a KeyError traceback from its thread). With one call per worker at a time the queue has room for
+    them all, so the wait is milliseconds once the workers run."""
+    while not all(future.running() or future.done() for future in futures):
+        time.sleep(HAND_S)
+
+
 def worker_pool(workers: int, bench: str):
     """loky's reusable pool of `workers` processes forked from a forkserver that imports the job loop, the task's
     bench (`bench`, a dotted path) and this module once."""
     from joblib.externals.loky import get_reusable_executor
 
-    from unlearnbench.core.plan import preload_forkserver
+    from unlearnbench.core.plan import start_forkserver
 
-    preload_forkserver(bench, "hydra_plugins.unlearnbench_launcher.local")
+    start_forkserver(bench, "hydra_plugins.unlearnbench_launcher.local")
     return get_reusable_executor(max_workers=workers, context="forkserver", timeout=IDLE_S)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+import select
 import shutil
 import signal
 import subprocess
@@ -177,6 +179,61 @@ def written_so_far(process: forkserver.Forked) -> str:
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
+# Batches that start the local launcher's workers: the sweep, and the line after which the workers start (loky's pool
+# over a forkserver that imports torch and the job loop for seconds, then forks the workers). The held-out batch is a
+# tuning's last: its one trial job runs in the sweep's own process, as a one-job batch does.
+STARTING = {
+    "local": ["+method=retrain", "seeds.train=0,1", *TINY, "hydra/launcher=local", "hydra.launcher.workers=2"],
+    "held-out": ["experiment=tune", "+method=finetune", "tune.trials=1", "tune.seeds=[0]", "tune.heldout=[1,2]", *TINY,
+                 "hydra.launcher.workers=2"],
+}
+BATCH = re.compile(rb"local: ([2-9]|\d\d+) job\(s\)")  # a batch of several jobs: workers to start
+WORKER = b"] job "  # a worker's first line: the batch has started
+START_S = 3.0  # the moments are drawn within this long after the batch's line (the forkserver's imports take longer
+# on 2 cores), and the signal is sent at the latest when a worker prints
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize(("batch", "trial"), [("local", 0), ("local", 1), ("held-out", 2), ("held-out", 3)])
+def test_ctrl_c_while_a_batch_of_workers_starts_is_one_line_from_every_process(tmp_path, shared_cache, batch, trial):
+    """Ctrl-C as a terminal sends it, to the sweep's whole process group, at a moment drawn while the batch starts:
+    while the forkserver imports, while it forks the workers, while the calls are handed to them. Every process
+    stays silent (the forkserver and its children were started with SIGINT blocked, and the sweep stops them once
+    they are up: runtime/interrupt.py), the sweep prints one line and exits 130, keeps its finished jobs (the
+    held-out batch's trial) and leaves no process behind."""
+    process = start(STARTING[batch], tmp_path, cache=shared_cache, env={"PYTHONUNBUFFERED": "1"}, new_session=True)
+    printed = read_until(process, b"", BATCH.search, 300)
+    batch_line = BATCH.search(printed)
+    assert batch_line, printed.decode()[-3000:]
+    moment = random.Random(trial).uniform(0, START_S)
+    printed = read_until(process, printed, lambda text: WORKER in text[batch_line.end():], moment)
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(120)
+    assert_stopped_in_one_line(process.returncode, printed.decode() + stdout, stderr)
+    assert_kept_whole(tmp_path / "sweep")
+    assert len(results(tmp_path / "sweep")) == (1 if batch == "held-out" else 0)
+    wait_for(lambda: not group_alive(process.pid), timeout=30, every=0.1)
+
+
+def read_until(process: forkserver.Forked, printed: bytes, condition, timeout: float) -> bytes:
+    """`printed` and what the process writes to its stdout after it, until `condition` holds for all of it, or
+    `timeout` seconds pass, or the stream ends (read from the pipe itself: `communicate` then returns the rest)."""
+    descriptor = process.stdout.fileno()
+    deadline = time.monotonic() + timeout
+    while not condition(printed) and (left := deadline - time.monotonic()) > 0:
+        if select.select([descriptor], [], [], left)[0]:
+            if not (chunk := os.read(descriptor, 65536)):
+                break
+            printed += chunk
+    return printed
+
+
+def group_alive(group: int) -> bool:
+    """Whether any process of the process group `group` is still running (zombies excluded)."""
+    listing = subprocess.run(["ps", "-o", "stat=", "-g", str(group)], capture_output=True, text=True).stdout
+    return any(not state.startswith("Z") for state in listing.split())
+
+
 PARENT = """
 import json, os, signal, sys, time
 sys.path[:0] = [{here!r}, {tests!r}]  # this module and the helpers it imports
@@ -244,6 +301,61 @@ def test_an_interrupt_that_lands_in_a_finalizer_is_raised_again_outside_it(monke
             signal.signal(signum, handler)
     assert printed == [] and interrupt.requested == signal.SIGINT
 
+
+def sigint_bit(pid: int, field: str) -> bool:
+    """Whether SIGINT is in the process's signal set `field` of /proc (SigBlk: blocked, SigIgn: ignored)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = next(int(line.split()[1], 16) for line in status.splitlines() if line.startswith(f"{field}:"))
+    return bool(mask & (1 << (signal.SIGINT - 1)))
+
+
+@pytest.mark.processes
+def test_a_process_started_with_sigint_blocked_inherits_the_block_and_a_ctrl_c_meanwhile_is_not_lost(monkeypatch):
+    """`sigint_blocked`: the process started inside it begins with SIGINT blocked (how the local launcher's forkserver
+    and workers start: a Ctrl-C waits in them); this thread's own Ctrl-C that came meanwhile is handled as the region
+    ends, and the thread's mask is as before."""
+    from unlearnbench.runtime import interrupt
+
+    handlers = {signum: signal.getsignal(signum) for signum in interrupt.SIGNALS}
+    monkeypatch.setattr(interrupt, "requested", None)
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    interrupt.install()
+    child = None
+    try:
+        with interrupt.sigint_blocked():
+            child = subprocess.Popen(["sleep", "60"])
+            signal.raise_signal(signal.SIGINT)  # to this thread, which blocks it: it waits
+            waited = interrupt.requested
+        handled = interrupt.requested
+        assert waited is None and handled == signal.SIGINT
+        assert sigint_bit(child.pid, "SigBlk") and not sigint_bit(os.getpid(), "SigBlk")
+    finally:
+        if child is not None:
+            child.kill()
+            child.wait()
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
+def test_a_process_left_to_its_parent_discards_a_ctrl_c_that_waited_and_ignores_the_next():
+    """`leave_to_parent` (a launcher's worker, started with SIGINT blocked): a Ctrl-C that waited in it is discarded,
+    not raised, SIGINT is unblocked and ignored from then on."""
+    from unlearnbench.runtime import interrupt
+
+    handler = signal.getsignal(signal.SIGINT)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.raise_signal(signal.SIGINT)  # waits: blocked
+        assert signal.SIGINT in signal.sigpending()
+        interrupt.leave_to_parent()
+        signal.raise_signal(signal.SIGINT)  # ignored
+        assert signal.SIGINT not in signal.sigpending() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert not sigint_bit(os.getpid(), "SigBlk") and sigint_bit(os.getpid(), "SigIgn")
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 TEXT = ["experiment=tofu", "train.epochs=20", "runtime.print_table=false", "+method=grad_ascent"]  # the lines below
 # Where Ctrl-C lands in a text job: the progress line after which it is sent, the job's further overrides, and the

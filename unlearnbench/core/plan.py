@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from unlearnbench.core.components import build, locate, target_of
 from unlearnbench.core.config import validate
 from unlearnbench.core.errors import UserError, invalid
-from unlearnbench.runtime import progress
+from unlearnbench.runtime import interrupt, progress
 
 
 @dataclass
@@ -140,3 +140,16 @@ def preload_forkserver(bench: str, *modules: str) -> None:
     import multiprocessing
 
     multiprocessing.set_forkserver_preload(["unlearnbench.core.job", bench.rpartition(".")[0], *modules])
+
+
+def start_forkserver(bench: str, *modules: str) -> None:
+    """Start multiprocessing's forkserver now, preloaded (`preload_forkserver`), unless it runs: with SIGINT blocked,
+    which the server and the processes it forks inherit, so that a terminal's Ctrl-C during its seconds of imports,
+    or in a child before the child ignores SIGINT, prints no traceback (runtime/interrupt.py). Call it from the
+    thread that starts the processes, before anything else starts the server on its own."""
+    from multiprocessing import forkserver, resource_tracker
+
+    preload_forkserver(bench, *modules)
+    resource_tracker.ensure_running()  # first: it unblocks SIGINT in this thread once it has started its own process
+    with interrupt.sigint_blocked():
+        forkserver.ensure_running()

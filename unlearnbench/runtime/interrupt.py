@@ -21,6 +21,14 @@ ends. A raise that lands in a finalizer (a weakref callback run by the garbage c
 The console script then prints one line and exits 130: every finished job's result.json is whole, and the same
 command resumes the sweep. A signal that was ignored when the process started stays ignored (a background job of a
 non-interactive shell ignores SIGINT, so that a Ctrl-C meant for the foreground does not reach it).
+
+A terminal sends Ctrl-C to every process of its foreground process group: the processes the sweep starts get it too.
+Those that the launching process stops (a launcher's workers, spawned ranks) ignore SIGINT (`leave_to_parent`), and
+must never see it before they do: a Python process raises KeyboardInterrupt wherever its start-up is, and prints
+the traceback. multiprocessing's forkserver imports torch and the job loop for seconds before it ignores SIGINT
+(CPython's own fix, bpo-30185, covers its loop, not its preload), and its children get Python's default handler back
+at the fork: so a process is started inside `sigint_blocked`, with SIGINT blocked, which it inherits. A Ctrl-C then
+waits in it, and is discarded once it ignores SIGINT.
 """
 
 from __future__ import annotations
@@ -107,3 +115,24 @@ def immediately() -> Iterator[None]:
         yield
     finally:
         _immediate -= 1
+
+
+def leave_to_parent() -> None:
+    """In a process that its launching process stops (a launcher's worker, a spawned rank; module docstring): ignore
+    SIGINT, which a terminal's Ctrl-C sends to every process of the group, and unblock it where the process was
+    started blocked (`sigint_blocked`): one that waited is discarded."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """A region where the processes this thread starts begin with SIGINT blocked, which they inherit (module
+    docstring): a Ctrl-C waits in them until they ignore it. This thread's own Ctrl-C waits as well, to the end of
+    the region (the milliseconds of starting a process; the process's other threads take it at once), and is then
+    handled as usual: nothing is lost."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
