@@ -3,13 +3,17 @@ batch of seeded jobs sent through the configured launcher, the best point then j
 never saw (docs/tuning.md; the search spaces: `unlearnbench.core.tuning`; the objective:
 `unlearnbench.report.compute.tuning`).
 
-For each method of `+method=a,b`, tuned on its own: trial k asks Optuna (ask-and-tell; a `TPESampler` seeded from
-`tune.seed` and the method's name) for a point, runs one job per training seed of `tune.seeds` with it (at once
+For each method of `+method=a,b`, tuned on its own: trial 0 runs the method's defaults (its config unchanged);
+trial k > 0 asks Optuna (ask-and-tell; a `TPESampler` seeded from `tune.seed` and the method's name, with
+`tune.startup_trials` random start-up points) for a point, runs one job per tuning training seed with it (at once
 where the launcher can: `hydra/launcher=local`, SLURM), reads their records from the jobs' result.json and tells
 Optuna the objective, or a failed trial where a job or the method failed (a diverging learning rate), never a score.
-Then the best point and the method's defaults each run on `tune.heldout`, in one batch. Every job keeps the job
-contract (result.json, the model cache that trains each training seed's M_o once, resume). `tuning.json` in the
-sweep folder records the trials and the judgement after each method; the report reads it.
+With `tune.replicates=R` (or R sets of `tune.seed_sets`) the whole tuning runs R times, each replicate with its own
+sampler seed (and tuning seeds). The searches are independent, so trial k of every method and replicate runs in one
+batch (a launcher keeps more workers busy than with one method's). Then the defaults and each replicate's best point
+of every method run on `tune.heldout`, in one batch. Every job keeps the job contract (result.json, the model cache
+that trains each training seed's M_o once, resume). `tuning.json` in the sweep folder records the trials after each
+round and the judgement at the end; the report reads it.
 
 Resume: the sampler is seeded and told the same objectives, so a rerun into the same sweep folder asks the same
 points in the same order; their jobs' folders hold their results, so no finished trial runs again. A job whose
@@ -45,6 +49,104 @@ def settled(folder: Path) -> bool:
     return isinstance(result, dict) and (result.get("status") == "complete" or bool(result.get("failures")))
 
 
+class MethodTuning:
+    """One method's tuning: a search per replicate (trial 0: the defaults), their trials, and the jobs of a trial and
+    of the held-out judgement."""
+
+    def __init__(self, method: str, overrides: list[str], space: list, defaults, settings) -> None:
+        from unlearnbench.core.tuning import Search
+
+        self.method, self.overrides, self.space, self.defaults, self.settings = (method, overrides, space, defaults,
+                                                                                settings)
+        self.searches = [Search(space, settings.seed, method, replicate, settings.startup_trials, defaults)
+                         for replicate in range(settings.replicates)]
+        self.trials: list[list[dict]] = [[] for _ in self.searches]
+        self.points: list = []
+        self.judged: list[dict | None] = [None] * settings.replicates
+
+    def trial_jobs(self, number: int) -> list[list[list[str]]]:
+        """Trial `number` of every replicate: its jobs, one per tuning seed of the replicate. They carry
+        `tune.replicate` where there are several replicates, but for the defaults' trial, whose jobs are the same
+        in every replicate on the same seeds."""
+        from unlearnbench.core.tuning import DEFAULTS, TRIAL
+
+        self.points = [search.ask() for search in self.searches]
+        several = self.settings.replicates > 1
+        return [[[*self.overrides, *search.overrides(point.params, point.drawn), f"tune.stage={TRIAL}",
+                  f"tune.trial={number}", *([f"tune.replicate={replicate}"] if several and point.drawn != DEFAULTS
+                                            else []), f"seeds.train={seed}"]
+                 for seed in self.settings.sets[replicate]]
+                for replicate, (search, point) in enumerate(zip(self.searches, self.points, strict=True))]
+
+    def tell(self, number: int, folders: list[list[Path]]):
+        """Each replicate's sampler told the objective of its trial `number` (the jobs in `folders`, per replicate);
+        the scored batches' objective rule."""
+        from unlearnbench.report.compute.tuning import score_folders
+
+        rule = None
+        for replicate, (search, point, batch) in enumerate(zip(self.searches, self.points, folders, strict=True)):
+            scored = score_folders(batch, self.method, self.settings.objective)
+            search.tell(point, None if scored.reason else scored.value)
+            rule = rule or scored.rule
+            if scored.reason:
+                where = f" of replicate {replicate}" if self.settings.replicates > 1 else ""
+                log.warning("%s: trial %d%s failed: %s", self.method, number, where, scored.reason)
+            self.trials[replicate].append({"trial": number, "params": point.params, "drawn": point.drawn,
+                                           **scored.as_record()})
+        return rule
+
+    def best(self, replicate: int) -> dict | None:
+        done = [trial for trial in self.trials[replicate] if trial["state"] == "complete"]
+        return min(done, key=lambda t: (t["objective"], t["trial"])) if done else None
+
+    def stages(self) -> list[list[str]]:
+        """The held-out stages: the defaults, then each replicate's best point (none where no trial completed). With
+        several replicates a best point's jobs carry its replicate, so that the report keeps each replicate's
+        judgement apart (job field `tuning_replicate`); the defaults' are the same for all."""
+        from unlearnbench.core.tuning import DEFAULT, TUNED
+
+        several = self.settings.replicates > 1
+        chosen = [(replicate, best) for replicate, best in enumerate(map(self.best, range(self.settings.replicates)))
+                  if best is not None]
+        if not chosen:
+            return []
+        return [[*self.overrides, f"tune.stage={DEFAULT}"],
+                *([*self.overrides, *self.searches[0].overrides(best["params"], best["drawn"]), f"tune.stage={TUNED}",
+                   *([f"tune.replicate={replicate}"] if several else [])] for replicate, best in chosen)]
+
+    def judge(self, folders: list[list[Path]]) -> None:
+        """The held-out objectives of the stages' jobs (`folders`, per stage)."""
+        from unlearnbench.core.tuning import DEFAULT, TUNED
+        from unlearnbench.report.compute.tuning import score_folders
+
+        judged = [score_folders(batch, self.method, self.settings.objective).as_record() for batch in folders]
+        chosen = [replicate for replicate in range(self.settings.replicates) if self.best(replicate) is not None]
+        for replicate, tuned in zip(chosen, judged[1:], strict=True):
+            self.judged[replicate] = {TUNED: tuned, DEFAULT: judged[0]}
+
+    def record(self) -> dict:
+        """The method's entry of tuning.json."""
+        from unlearnbench.core.tuning import DEFAULTS_TRIAL, TPE
+
+        replicates = []
+        for replicate, (search, trials) in enumerate(zip(self.searches, self.trials, strict=True)):
+            tpe = sum(trial["drawn"] == TPE for trial in trials)
+            entry = {"replicate": replicate, "seeds": list(self.settings.sets[replicate]),
+                     "sampler_seed": search.seed, "trials": trials, "tpe_trials": tpe, "random_search": tpe == 0}
+            best = self.best(replicate)
+            if best is None:
+                entry["error"] = f"all {len(trials)} trials failed"
+            else:
+                entry["best"] = best
+                if self.judged[replicate] is not None:
+                    entry["heldout"] = self.judged[replicate]
+            replicates.append(entry)
+        return {"space": [vars(dimension) for dimension in self.space],
+                "defaults": {"trial": DEFAULTS_TRIAL, "params": self.defaults.params,
+                             "outside_space": list(self.defaults.outside), "told": self.defaults.told},
+                "startup_trials": self.searches[0].startup, "replicates": replicates}
+
+
 class TuneSweeper(Sweeper):
     def __init__(self) -> None:
         self.hydra_context: HydraContext | None = None
@@ -65,69 +167,75 @@ class TuneSweeper(Sweeper):
         try:
             settings = Settings.of(self.config)
             methods, base = split_arguments(arguments)
-            spaces = {method: self.space(override, base) for method, override in methods}
+            tunings = [MethodTuning(method, [override, *base], *self.space(override, base), settings)
+                       for method, override in methods]
         except UserError as error:
             raise SystemExit(f"unlearnbench: {error}") from None
         folder = Path(str(self.config.hydra.sweep.dir))
         folder.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, folder / "multirun.yaml")
         record = {"seed": settings.seed, "seeds": settings.seeds, "heldout": settings.heldout,
-                  "objective": settings.objective, "methods": {}}
-        for method, override in methods:
-            try:
-                record["methods"][method] = self.tune(method, [override, *base], spaces[method], settings)
-            except UserError as error:  # tune.objective naming a metric without an ideal (the results tell)
-                raise SystemExit(f"unlearnbench: {error}") from None
-            write_tuning(folder, record)
+                  "objective": settings.objective, "startup_trials": settings.startup_trials,
+                  "replicates": settings.replicates, "seed_sets": [list(seeds) for seeds in settings.sets],
+                  "objective_rule": None, "methods": {}}
+        try:
+            for number in range(settings.trials):
+                record["objective_rule"] = self.trial_round(number, tunings) or record["objective_rule"]
+                write_tuning(folder, {**record, "methods": {t.method: t.record() for t in tunings}})
+            self.judge(tunings)
+        except UserError as error:  # tune.objective naming a metric without an ideal (the results tell)
+            raise SystemExit(f"unlearnbench: {error}") from None
+        write_tuning(folder, {**record, "methods": {t.method: t.record() for t in tunings}})
         return self.returns
 
-    def space(self, override: str, base: list[str]) -> list:
-        """The method's declared search space, from its config as its jobs compose it."""
+    def space(self, override: str, base: list[str]) -> tuple[list, Any]:
+        """The method's declared search space and its defaults' point, from its config as its jobs compose it."""
         from unlearnbench.core.components import option_names, target_of
-        from unlearnbench.core.tuning import search_space
+        from unlearnbench.core.tuning import defaults_of, search_space
 
         composed = self.hydra_context.config_loader.load_sweep_config(self.config, [*base, override])
         method = OmegaConf.to_container(composed.method, resolve=True)
-        return search_space(method, option_names(target_of(method, "method")))
+        space = search_space(method, option_names(target_of(method, "method")))
+        return space, defaults_of(method, space)
 
     def launch(self, batch: list[list[str]]) -> list[Path]:
         """Run one batch of jobs, at once where the launcher can, and return their folders (where each job writes
-        its result.json whichever launcher ran it)."""
+        its result.json whichever launcher ran it). A job already settled, or twice in the batch (the same config
+        for two replicates), runs once."""
         from hydra_plugins.unlearnbench_launcher.resume import job_folder
 
         folders = [job_folder(self.hydra_context, self.config, overrides, self.job_index + k)[0]
                    for k, overrides in enumerate(batch)]
-        pending = [overrides for overrides, folder in zip(batch, folders, strict=True) if not settled(folder)]
+        pending: dict[Path, list[str]] = {}
+        for overrides, folder in zip(batch, folders, strict=True):
+            if folder not in pending and not settled(folder):
+                pending[folder] = overrides
         if pending:
-            self.returns.append(self.launcher.launch(pending, initial_job_idx=self.job_index))
+            self.returns.append(self.launcher.launch(list(pending.values()), initial_job_idx=self.job_index))
         self.job_index += len(batch)
         return folders
 
-    def tune(self, method: str, overrides: list[str], space: list, settings) -> dict:
-        """The method's trials, then its best point and its defaults on the held-out training seeds."""
-        from unlearnbench.core.tuning import DEFAULT, TRIAL, TUNED, Search
-        from unlearnbench.report.compute.tuning import score_folders
+    def launch_nested(self, nested: list[list[list[str]]]) -> list[list[Path]]:
+        """`launch` of groups of jobs in one batch, their folders grouped alike."""
+        folders = iter(self.launch([jobs for group in nested for jobs in group]))
+        return [[next(folders) for _ in group] for group in nested]
 
-        search, trials = Search(space, settings.seed, method), []
-        for number in range(settings.trials):
-            trial = search.ask()
-            folders = self.launch([[*overrides, *search.overrides(trial.params), f"tune.stage={TRIAL}",
-                                    f"tune.trial={number}", f"seeds.train={seed}"] for seed in settings.seeds])
-            scored = score_folders(folders, method, settings.objective)
-            search.tell(trial, None if scored.reason else scored.value)
-            if scored.reason:
-                log.warning("%s: trial %d failed: %s", method, number, scored.reason)
-            trials.append({"trial": number, "params": dict(trial.params), **scored.as_record()})
-        record = {"space": [vars(dimension) for dimension in space], "trials": trials}
-        done = [t for t in trials if t["state"] == "complete"]
-        if not done:
-            return {**record, "error": f"all {len(trials)} trials failed"}
-        best = min(done, key=lambda t: (t["objective"], t["trial"]))
-        stages = {TUNED: [*overrides, *search.overrides(best["params"]), f"tune.stage={TUNED}"],
-                  DEFAULT: [*overrides, f"tune.stage={DEFAULT}"]}
-        folders = self.launch([[*stage, f"seeds.train={seed}"] for stage in stages.values()
-                               for seed in settings.heldout])
-        held = len(settings.heldout)
-        judged = {stage: score_folders(folders[k * held:(k + 1) * held], method, settings.objective).as_record()
-                  for k, stage in enumerate(stages)}
-        return {**record, "best": best, "heldout": judged}
+    def trial_round(self, number: int, tunings: list[MethodTuning]) -> dict | None:
+        """Trial `number` of every method and replicate in one batch of jobs (the searches are independent), each
+        search then told its objective; the objective's rule, where a batch was scored."""
+        jobs = [tuning.trial_jobs(number) for tuning in tunings]
+        folders = iter(self.launch_nested([batch for replicates in jobs for batch in replicates]))
+        rule = None
+        for tuning, replicates in zip(tunings, jobs, strict=True):
+            rule = tuning.tell(number, [next(folders) for _ in replicates]) or rule
+        return rule
+
+    def judge(self, tunings: list[MethodTuning]) -> None:
+        """The defaults and every replicate's best point of every method on `tune.heldout`, in one batch. The
+        held-out jobs carry no replicate, so a point two replicates chose runs once, and the defaults once."""
+        stages = [tuning.stages() for tuning in tunings]
+        folders = iter(self.launch_nested([[[*stage, f"seeds.train={seed}"] for seed in tuning.settings.heldout]
+                                           for tuning, own in zip(tunings, stages, strict=True) for stage in own]))
+        for tuning, own in zip(tunings, stages, strict=True):
+            if own:
+                tuning.judge([next(folders) for _ in own])

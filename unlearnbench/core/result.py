@@ -37,9 +37,11 @@ def _job_fields(cfg: DictConfig) -> dict:
 
 
 def tuning_field(cfg: DictConfig) -> dict:
-    """A tuning job's stage (`tune.stage`: trial, tuned or default; core/tuning.py), a job field the report reads."""
+    """A tuning job's stage (`tune.stage`: trial, tuned or default; core/tuning.py) and, in a tuning of several
+    replicates, the replicate whose trial or best point it runs (`tune.replicate`): job fields the report reads."""
     stage = OmegaConf.select(cfg, "tune.stage", default=None)
-    return {} if stage is None else {"tuning": stage}
+    replicate = OmegaConf.select(cfg, "tune.replicate", default=None)
+    return ({} if stage is None else {"tuning": stage}) | ({} if replicate is None else {"tuning_replicate": replicate})
 
 
 def versions() -> dict:

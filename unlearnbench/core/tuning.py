@@ -1,6 +1,7 @@
 """Tuning judged on training seeds it never saw (`experiment=tune`, docs/tuning.md): the search spaces the methods
-declare, the tuning's settings and command line, and its record, which the report reads (`tuning.json`; the
-objective: `report/compute/tuning.py`).
+declare, the seeded search that starts from each method's defaults, the tuning's settings (replicates and their
+seed sets) and command line, and its record, which the report reads (`tuning.json`; the objective:
+`report/compute/tuning.py`).
 
 A method declares what is worth tuning in its YAML, a `tune:` block with one entry per option (read here, never
 passed to its constructor):
@@ -22,6 +23,8 @@ from unlearnbench.core.errors import UserError
 
 TUNING = "tuning.json"  # in the sweep folder: the trials and the held-out judgement, written by the sweeper
 TRIAL, TUNED, DEFAULT = "trial", "tuned", "default"  # a tuning job's `tune.stage` (its job field `tuning`)
+DEFAULTS, RANDOM, TPE = "defaults", "random", "tpe"  # how a trial's point was drawn (a trial's `drawn`)
+DEFAULTS_TRIAL = 0  # trial 0 of every replicate runs the method's config unchanged
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,16 @@ class Dimension:
         if self.integer:
             return IntDistribution(int(self.low), int(self.high), log=self.log)
         return FloatDistribution(self.low, self.high, log=self.log)
+
+    def contains(self, value: Any) -> bool:
+        """Whether `value` is a point of this dimension (Optuna keeps an enqueued number outside a range with a
+        warning, and refuses a value not among the choices)."""
+        if self.choices is not None:
+            return any(value == choice and isinstance(value, bool) == isinstance(choice, bool)
+                       for choice in self.choices)
+        if not isinstance(value, int | float) or isinstance(value, bool) or not self.low <= value <= self.high:
+            return False
+        return not self.integer or float(value).is_integer()
 
     def override(self, value: Any) -> str:
         """The job override setting the option to `value` (a float in full, so the same point composes the same
@@ -86,50 +99,121 @@ def dimension(method: str, option: str, entry: Any, options: Sequence[str]) -> D
     return Dimension(option, float(low), float(high), log, integer)
 
 
+@dataclass(frozen=True)
+class Defaults:
+    """A method's own values of its search space's options, as its jobs compose them, and the options whose value
+    lies outside its dimension (a text method's `lr: null`, which takes the model's rate; SSD's α per dataset)."""
+
+    params: dict[str, Any]
+    outside: tuple[str, ...] = ()
+
+    @property
+    def told(self) -> bool:
+        """Whether the sampler is told the defaults' trial: only where every value is a point of the space. TPE's
+        model of a dimension is a density over its range or choices, so a value outside cannot enter it (Optuna
+        refuses a value not among the choices), and telling it a clipped value would credit a point that never ran."""
+        return not self.outside
+
+
+def defaults_of(method: Mapping[str, Any], space: Sequence[Dimension]) -> Defaults:
+    """The defaults' point of `method` (its resolved config) in `space`."""
+    params = {dimension.name: method.get(dimension.name) for dimension in space}
+    return Defaults(params, tuple(d.name for d in space if not d.contains(params[d.name])))
+
+
+def sampler_seed(seed: int, method: str, replicate: int = 0) -> int:
+    """The TPE sampler's seed of one replicate of a method's tuning: replicate 0 from `tune.seed` and the method
+    (the single tuning's), replicate r > 0 from the replicate too (`runtime.seeding.streams`)."""
+    from unlearnbench.runtime.seeding import streams
+
+    return (streams("tune", seed, method) if replicate == 0 else streams("tune", seed, method, replicate)).seed
+
+
+@dataclass
+class Point:
+    """A trial's point: its options' values, how it was `drawn` (the method's defaults, TPE's random start-up, or
+    TPE's model), and the Optuna trial it answers (None for defaults outside the space: the sampler never sees it)."""
+
+    params: dict[str, Any]
+    drawn: str
+    trial: Any = None
+
+
 class Search:
-    """Optuna's ask-and-tell over one method's search space, its TPE sampler seeded from `tune.seed` and the
-    method's name: the same seed and the same told objectives ask the same points in the same order (what resuming a
-    sweep relies on). A failed trial is told as failed, never as a score."""
+    """Optuna's ask-and-tell over one method's search space, its TPE sampler seeded from `tune.seed`, the method's
+    name and the replicate (`sampler_seed`): the same seed and the same told objectives ask the same points in the
+    same order (what resuming a sweep relies on). A failed trial is told as failed, never as a score.
 
-    def __init__(self, space: Sequence[Dimension], seed: int, method: str) -> None:
+    With `defaults`, the first point is the method's defaults: enqueued (Optuna's `enqueue_trial`) where they lie
+    in the space, so that TPE learns from them, and then `startup_trials` random points follow (TPE's
+    `n_startup_trials` counts the told defaults, so it is given one more); outside the space, the defaults' trial
+    is run and scored but never told. Either way TPE's model draws a point only once the study holds
+    `n_startup_trials` complete trials (failed ones do not count), and `Point.drawn` says which points it drew."""
+
+    def __init__(self, space: Sequence[Dimension], seed: int, method: str, replicate: int = 0,
+                 startup_trials: int = 10, defaults: Defaults | None = None) -> None:
         import optuna
-
-        from unlearnbench.runtime.seeding import streams
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.space = list(space)
-        self.study = optuna.create_study(direction="minimize",
-                                         sampler=optuna.samplers.TPESampler(seed=streams("tune", seed, method).seed))
+        self.space, self.defaults = list(space), defaults
+        self.seed = sampler_seed(seed, method, replicate)
+        self.startup = startup_trials + int(defaults is not None and defaults.told)
+        self.study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(
+            seed=self.seed, n_startup_trials=self.startup))
         self.distributions = {dimension.name: dimension.distribution() for dimension in self.space}
+        if defaults is not None and defaults.told:
+            self.study.enqueue_trial({d.name: int(defaults.params[d.name]) if d.integer else defaults.params[d.name]
+                                      for d in self.space})
+        self.asked = 0
 
-    def ask(self):
-        """The next trial; its point is `trial.params`."""
-        return self.study.ask(self.distributions)
-
-    def tell(self, trial, objective: float | None) -> None:
-        """The trial's objective, or None for a failed trial."""
+    def ask(self) -> Point:
+        """The next trial's point: the defaults first (where given), then TPE's."""
         import optuna
 
-        if objective is None:
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        else:
-            self.study.tell(trial, objective)
+        first, self.asked = self.asked == 0, self.asked + 1
+        if first and self.defaults is not None:
+            trial = self.study.ask(self.distributions) if self.defaults.told else None
+            return Point(dict(self.defaults.params), DEFAULTS, trial)
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        modelled = len(self.study.get_trials(deepcopy=False, states=states)) >= self.startup
+        trial = self.study.ask(self.distributions)
+        return Point(dict(trial.params), TPE if modelled else RANDOM, trial)
 
-    def overrides(self, params: Mapping[str, Any]) -> list[str]:
-        """The job overrides that set a point."""
+    def tell(self, point: Point, objective: float | None) -> None:
+        """The point's objective, or None for a failed trial (nothing for defaults the sampler never saw)."""
+        import optuna
+
+        if point.trial is None:
+            return
+        if objective is None:
+            self.study.tell(point.trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            self.study.tell(point.trial, objective)
+
+    def overrides(self, params: Mapping[str, Any], drawn: str | None = None) -> list[str]:
+        """The job overrides that set a point: none for the defaults, whose jobs run the method's config unchanged."""
+        if drawn == DEFAULTS:
+            return []
         return [dimension.override(params[dimension.name]) for dimension in self.space]
 
 
 @dataclass(frozen=True)
 class Settings:
-    """`tune.*` of a tuning sweep, checked: the trials, the tuning and held-out training seeds (disjoint), the
-    sampler's seed and the objective's metrics."""
+    """`tune.*` of a tuning sweep, checked: the trials, the tuning seeds of each replicate (`sets`: `tune.seeds`
+    R times, or `tune.seed_sets`, disjoint), the held-out training seeds (disjoint from every tuning seed), the
+    sampler's seed, TPE's random start-up trials and the objective's metrics."""
 
     trials: int
     seeds: list[int]
     heldout: list[int]
     seed: int
     objective: list[str] | None
+    startup_trials: int = 10
+    sets: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def replicates(self) -> int:
+        return len(self.sets)
 
     @classmethod
     def of(cls, config) -> Settings:
@@ -138,20 +222,52 @@ class Settings:
         tune = OmegaConf.to_container(config.tune, resolve=True) if config.get("tune") is not None else None
         if tune is None:
             raise UserError("hydra/sweeper=tune needs the tune options: use experiment=tune")
-        settings = cls(tune["trials"], list(tune["seeds"]), list(tune["heldout"]), tune["seed"],
-                       None if tune["objective"] is None else list(tune["objective"]))
-        for name, seeds in (("seeds", settings.seeds), ("heldout", settings.heldout)):
-            if not seeds or len(set(seeds)) != len(seeds):
-                raise UserError(f"the 'tune.{name}' option must list distinct training seeds, one at least; got "
-                                f"{seeds} instead")
-        shared = sorted(set(settings.seeds) & set(settings.heldout))
-        if shared:
-            raise UserError(f"the 'tune.heldout' option must hold training seeds the trials never see; got "
-                            f"{settings.heldout}, which shares {', '.join(map(str, shared))} with tune.seeds")
-        return settings
+        seeds, heldout = list(tune["seeds"]), list(tune["heldout"])
+        distinct("heldout", heldout)
+        sets = replicate_sets(tune.get("seed_sets"), tune.get("replicates", 1), seeds, heldout)
+        return cls(tune["trials"], seeds, heldout, tune["seed"],
+                   None if tune["objective"] is None else list(tune["objective"]), tune.get("startup_trials", 10),
+                   sets)
 
 
-SWEEPER_KEYS = ("seeds.train", "tune.stage", "tune.trial")  # set by the sweeper on each job
+def distinct(name: str, seeds: list[int]) -> None:
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise UserError(f"the 'tune.{name}' option must list distinct training seeds, one at least; got {seeds} "
+                        f"instead")
+
+
+def replicate_sets(seed_sets: list[list[int]] | None, replicates: int, seeds: list[int],
+                   heldout: list[int]) -> tuple[tuple[int, ...], ...]:
+    """The tuning seeds of each replicate: `tune.seeds` for each of `tune.replicates`, or one set each of
+    `tune.seed_sets` (their number is the replicates' where `tune.replicates` is left at 1); a `UserError` in one
+    line where sets are empty, repeat a seed, share one, or share one with `tune.heldout`."""
+    if seed_sets is None:
+        distinct("seeds", seeds)
+        held_out_apart(heldout, seeds, "tune.seeds")
+        return (tuple(seeds),) * replicates
+    if not seed_sets or any(not group or len(set(group)) != len(group) for group in seed_sets):
+        raise UserError(f"the 'tune.seed_sets' option must list one or more sets, each of distinct training seeds, "
+                        f"one at least; got {seed_sets} instead")
+    if replicates not in (1, len(seed_sets)):
+        raise UserError(f"the 'tune.replicates' option must be 1 or the number of tune.seed_sets "
+                        f"({len(seed_sets)}); got {replicates} instead")
+    every = [seed for group in seed_sets for seed in group]
+    repeated = sorted({seed for seed in every if every.count(seed) > 1})
+    if repeated:
+        raise UserError(f"the 'tune.seed_sets' option must hold disjoint sets of training seeds; got {seed_sets}, "
+                        f"where {', '.join(map(str, repeated))} is in two sets")
+    held_out_apart(heldout, every, "tune.seed_sets")
+    return tuple(tuple(group) for group in seed_sets)
+
+
+def held_out_apart(heldout: list[int], tuning: list[int], option: str) -> None:
+    shared = sorted(set(tuning) & set(heldout))
+    if shared:
+        raise UserError(f"the 'tune.heldout' option must hold training seeds the trials never see; got {heldout}, "
+                        f"which shares {', '.join(map(str, shared))} with {option}")
+
+
+SWEEPER_KEYS = ("seeds.train", "tune.stage", "tune.trial", "tune.replicate")  # set by the sweeper on each job
 
 
 def split_arguments(arguments: Sequence[str]) -> tuple[list[tuple[str, str]], list[str]]:

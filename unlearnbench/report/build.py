@@ -27,9 +27,12 @@
                                    the blocks (target, training seed), its bootstrap 95% interval and P(best),
                                    Friedman's p (leaderboard.py)
     leaderboard_pairs.csv          every pair of methods: Wilcoxon signed-rank p, Holm-adjusted, and the verdict
-    trials.csv, tuning.csv         of a tuning sweep (`experiment=tune`): every trial; per method the best point,
-                                   its objective on the tuning and on the held-out training seeds, the defaults'
-                                   held out, the optimism (compute/tuning.py); the trial jobs are in no other table
+    trials.csv, tuning.csv         of a tuning sweep (`experiment=tune`): every trial; per method and replicate the
+                                   best point, its objective on the tuning and on the held-out training seeds, the
+                                   defaults' on both, the optimism and the gain with their intervals
+                                   (compute/tuning.py); the trial jobs are in no other table
+    tuning_replicates.csv          per method, across a tuning's replicates: the spread of the chosen points'
+                                   held-out objective, the mean optimism and gain
     forget_quality.csv             per pool of models (A(i), B) and method: the NeurIPS 2023 competition's forgetting
                                    quality F with N, the ε cap and F's permutation null, the final score, LiRA, and
                                    KLOM per split (D_f, D_r, D'_r) with its permutation null
@@ -62,7 +65,13 @@ from unlearnbench.report.compute.forget_quality import FORGET_PERMUTATIONS, forg
 from unlearnbench.report.compute.leaderboard import RESAMPLES, chosen_metrics, leaderboards
 from unlearnbench.report.compute.leaderboard import tables as leaderboard_tables
 from unlearnbench.report.compute.seed_design import TARGET_SE, check_compare, extend, seed_powers
-from unlearnbench.report.compute.tuning import read_tunings, trial_rows, tuning_rows, without_trials
+from unlearnbench.report.compute.tuning import (
+    read_tunings,
+    replicate_rows,
+    trial_rows,
+    tuning_rows,
+    without_trials,
+)
 from unlearnbench.report.read.collect import catalogue_of, load_results, mixed_numerics, read_warnings
 from unlearnbench.report.read.curves import curve_table
 
@@ -171,10 +180,12 @@ def tuning_report(folders: list[Path], out: Path, figures: bool, warnings: list[
     if not tunings:
         return []
     trials, table = trial_rows(tunings), tuning_rows(tunings)
+    replicates = replicate_rows(table)
     write(out / "trials.csv", lambda path: trials.to_csv(path, index=False))
     write(out / "tuning.csv", lambda path: table.to_csv(path, index=False))
+    write(out / "tuning_replicates.csv", lambda path: replicates.to_csv(path, index=False))
     figure = draw(trials, table, out / "figures" / "tuning.png") if figures else None
-    return section(table, figure.relative_to(out).as_posix() if figure else None)
+    return section(table, figure.relative_to(out).as_posix() if figure else None, replicates)
 
 
 def failure_lines(failed: list[dict], total: int) -> list[str]:

@@ -31,8 +31,9 @@ from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.report.compute import stats
 
 CONFIG = ["dataset", "model", "scenario"]
-OPTIONAL_CONFIG = ["strategy", "precision", "devices", "tuning"]  # columns of the groups only where a sweep varies
-# them (`tuning`: a tuning sweep's held-out jobs, with the tuned point or the defaults)
+OPTIONAL_CONFIG = ["strategy", "precision", "devices", "tuning", "tuning_replicate"]  # columns of the groups only
+# where a sweep varies them (`tuning`: a tuning sweep's held-out jobs, with the tuned point or the defaults;
+# `tuning_replicate`: which replicate's tuned point)
 ROW = ["target", "role", "method", "metric", "split"]
 SEEDS = ["seed_train", "seed_unlearn", "seed_eval"]
 COSTS = ["cost_original_s", "cost_retrained_s"]  # the job's training times (`collect.training_times`)
@@ -114,6 +115,8 @@ def prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[Caveat]]
         if column not in data:
             data[column] = ""
         data[column] = data[column].astype(object).fillna("").astype(str)
+    for column in OPTIONAL_CONFIG:  # a number some jobs lack reads back as a float: 1, not 1.0
+        data[column] = data[column].str.replace(r"^(-?\d+)\.0$", r"\1", regex=True)
     values = pd.to_numeric(data["value"], errors="coerce").astype(float)
     data["value"] = values.where(np.isfinite(values))  # inf or nan: missing, never averaged into a mean
     for column in ["round", *SEEDS]:

@@ -1,19 +1,28 @@
 """The objective of a tuning's batches of jobs, and the tables of a tuning sweep (`experiment=tune`, docs/tuning.md).
 
-The objective is the leaderboard's rule (`leaderboard.block_scores`): per block (a target and a training seed), the
-method's distance to each metric's ideal (|v − ideal|, or |v − M_r's v| for a metric judged against the retrained
-model), divided by the metric's declared `scale` (privleak's percent: 100) so that every metric counts in [0, 1]; the
-mean over the metrics, then over the blocks. Lower is better: 0 is a method at every ideal. The metrics are the
-catalogue's leaderboard ones, or those `tune.objective` names.
+The objective (`RULE`) is not the leaderboard's rule, which ranks methods against each other (one method's tuning has
+no other method to rank against); it takes the leaderboard's per-metric distances (`leaderboard.block_scores`): per
+block (a target and a training seed), the method's distance to each metric's ideal (|v − ideal|, or |v − M_r's v|
+for a metric judged against the retrained model), divided by the metric's declared `scale` (privleak's percent:
+100); the mean over the metrics, then over the blocks. Lower is better: 0 is a method at every ideal. A scaled
+distance lies in [0, 1] where the metric's values span at most its scale (accuracies, ΔMIA, forget quality, model
+utility, ROUGE); |privleak|/100 can exceed 1. The metrics are the catalogue's leaderboard ones, or those
+`tune.objective` names.
 
-From `tuning.json` (the sweeper's record, core/tuning.py):
+From `tuning.json` (the sweeper's record, core/tuning.py; a record of one replicate without a defaults' trial, as
+the sweeper wrote before replicates, reads as replicate 0):
 
-    trials.csv   every trial: method, trial, state (complete | failed), objective on the tuning seeds, its value per
-                 tuning seed, the reason of a failed trial, and the point (a column `param_<option>` per option)
-    tuning.csv   per method: the best point and its trial, its objective on the tuning seeds; on the held-out seeds
-                 the objective of the best point (its 95% t-interval over the held-out training seeds) and of the
-                 method's defaults; the optimism (held-out minus tuning objective of the best point: how much the
-                 tuning seeds flattered it) and the gain (defaults minus tuned, held out)
+    trials.csv            every trial of every replicate: method, replicate, trial, how its point was drawn
+                          (defaults | random | tpe), state (complete | failed), objective on the tuning seeds, its
+                          value per tuning seed, the reason of a failed trial, the point (`param_<option>` columns)
+    tuning.csv            per method and replicate: the best point and its trial; whether it beat the defaults'
+                          trial on the tuning seeds, and by how much; whether the search was random (no point drawn
+                          by TPE's model); on the held-out seeds the best point's objective with its 95% t-interval
+                          and the defaults'; the optimism (held-out minus tuning objective of the best point) with a
+                          95% two-sample t-interval; the gain (defaults minus tuned, held out) with a 95% paired
+                          t-interval and the paired t-test's p-value
+    tuning_replicates.csv per method, across replicates: the chosen points' held-out objective (mean, std, min,
+                          max), whether the chosen points differ, the mean optimism and the mean gain
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from scipy import stats
 
 from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.core.errors import UserError
-from unlearnbench.core.tuning import DEFAULT, TRIAL, TUNED, TUNING
+from unlearnbench.core.tuning import DEFAULT, DEFAULTS, RANDOM, TPE, TRIAL, TUNED, TUNING
 from unlearnbench.report.compute.leaderboard import block_scores, parse_metrics
 from unlearnbench.report.read.collect import catalogue_of, load_results
 
@@ -47,12 +56,28 @@ def objective_metrics(names: Sequence[str] | None, catalogue: Catalogue) -> list
     return chosen
 
 
+RULE = ("per block (a target and a training seed), the mean over the objective's metrics of |v - ideal| / scale "
+        "(|v - M_r's v| / scale for a metric whose ideal is the retrained model's value), then the mean over the "
+        "blocks; lower is better, 0 at every ideal. Not the leaderboard's rule (a mean rank among methods): one "
+        "method's tuning has no other method to rank against")
+
+
+def objective_rule(metrics: list[tuple[str, str]], catalogue: Catalogue) -> dict:
+    """What tuning.json says of the objective: the rule, and each metric with its split, ideal and scale."""
+    return {"rule": RULE,
+            "metrics": [{"metric": metric, "split": split or None, "label": catalogue.label(metric, split),
+                         "ideal": catalogue.ideal(metric), "scale": catalogue.metric(metric).scale}
+                        for metric, split in metrics]}
+
+
 @dataclass
 class Scored:
-    """A batch's objective: the value per block (target, training seed), their mean; or why there is none."""
+    """A batch's objective: the value per block (target, training seed), their mean; or why there is none; and the
+    rule it was computed by (`objective_rule`), where the batch's results told the metrics."""
 
     blocks: dict[tuple[str, int], float] = field(default_factory=dict)
     reason: str | None = None
+    rule: dict | None = None
 
     @property
     def value(self) -> float:
@@ -106,13 +131,24 @@ def score_folders(folders: Sequence[Path], method: str, names: Sequence[str] | N
     missing = [f for f in folders if not any(j["folder"].endswith(Path(f).name) for j in jobs)]
     if missing:
         return Scored(reason=f"{Path(missing[0]).name}: no result.json")
-    return objective(frame, jobs, catalogue_of(jobs), method, objective_metrics(names, catalogue_of(jobs)))
+    catalogue = catalogue_of(jobs)
+    metrics = objective_metrics(names, catalogue)
+    scored = objective(frame, jobs, catalogue, method, metrics)
+    scored.rule = objective_rule(metrics, catalogue)
+    return scored
 
 
-TRIAL_COLUMNS = ["method", "trial", "state", "objective", "by_seed", "reason"]
-TUNING_COLUMNS = ["method", "best", "best_trial", "trials", "failed_trials", "tuning_seeds", "objective_tuning",
-                  "heldout_seeds", "objective_heldout", "heldout_low", "heldout_high", "objective_default",
-                  "optimism", "gain", "note"]
+TRIAL_COLUMNS = ["method", "replicate", "trial", "drawn", "state", "objective", "by_seed", "reason"]
+TUNING_COLUMNS = ["method", "replicate", "best", "best_trial", "trials", "failed_trials", "startup_trials",
+                  "tpe_trials", "random_search", "tuning_seeds", "objective_tuning", "defaults_tuning",
+                  "beat_defaults", "beat_by", "heldout_seeds", "objective_heldout", "heldout_low", "heldout_high",
+                  "objective_default", "optimism", "optimism_low", "optimism_high", "gain", "gain_low", "gain_high",
+                  "gain_p", "note"]
+REPLICATE_COLUMNS = ["method", "replicates", "heldout_mean", "heldout_std", "heldout_min", "heldout_max",
+                     "distinct_points", "points_differ", "beat_defaults", "random_search", "optimism_mean",
+                     "gain_mean"]
+LEVEL = 0.95  # of every interval of the tuning tables
+OPTUNA_STARTUP = 10  # TPE's random start-up trials where tuning.json does not say (Optuna's default)
 
 
 def read_tunings(folders: Sequence[Path]) -> tuple[list[dict], list[str]]:
@@ -135,54 +171,178 @@ def read_tunings(folders: Sequence[Path]) -> tuple[list[dict], list[str]]:
     return found, problems
 
 
+def replicates_of(tuning: dict, record: dict) -> list[dict]:
+    """A method's replicates, each with its `replicate`, tuning `seeds`, `trials` (each with how it was `drawn`),
+    `best`, `heldout` or `error`. A record of the single-replicate layout (no `replicates`: the trials, best and
+    held-out judgement at the method's level, no defaults' trial, TPE's ten random start-up trials) is replicate 0."""
+    if isinstance(record.get("replicates"), list):
+        return record["replicates"]
+    trials, complete = [], 0
+    for trial in record.get("trials", []):  # TPE's model draws once the study holds 10 complete trials
+        trials.append({**trial, "drawn": TPE if complete >= OPTUNA_STARTUP else RANDOM})
+        complete += trial.get("state") == "complete"
+    return [{**record, "replicate": 0, "seeds": tuning.get("seeds", []), "trials": trials,
+             "tpe_trials": sum(t["drawn"] == TPE for t in trials)}]
+
+
 def trial_rows(tunings: list[dict]) -> pd.DataFrame:
     rows = []
     for tuning in tunings:
         for method, record in (tuning.get("methods") or {}).items():
-            for trial in record.get("trials", []):
-                rows.append({"method": method, "trial": trial["trial"], "state": trial["state"],
-                             "objective": trial.get("objective"),
-                             "by_seed": json.dumps(trial.get("by_seed") or {}), "reason": trial.get("reason"),
-                             **{f"param_{k}": v for k, v in trial["params"].items()}})
+            for replicate in replicates_of(tuning, record):
+                for trial in replicate.get("trials", []):
+                    rows.append({"method": method, "replicate": replicate["replicate"], "trial": trial["trial"],
+                                 "drawn": trial.get("drawn"), "state": trial["state"],
+                                 "objective": trial.get("objective"), "by_seed": json.dumps(trial.get("by_seed") or {}),
+                                 "reason": trial.get("reason"),
+                                 **{f"param_{k}": v for k, v in trial["params"].items()}})
     return pd.DataFrame(rows, columns=None if rows else TRIAL_COLUMNS)
 
 
-def t_interval(values: list[float]) -> tuple[float, float]:
+def t_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
+    """The t-interval of the mean of `values` (NaN with fewer than two)."""
     if len(values) < 2:
         return math.nan, math.nan
     mean, sem = float(np.mean(values)), float(stats.sem(values))
-    half = float(stats.t.ppf(0.975, len(values) - 1)) * sem
+    half = float(stats.t.ppf((1 + level) / 2, len(values) - 1)) * sem
     return mean - half, mean + half
+
+
+def optimism_interval(heldout: Sequence[float], tuning: Sequence[float],
+                      level: float = LEVEL) -> tuple[float, float]:
+    """The two-sample t-interval of mean(heldout) − mean(tuning), the per-seed objectives of the chosen point on
+    the held-out and on the tuning training seeds, which are independent draws: Student's pooled variance, df =
+    n_h + n_t − 2 (with one tuning seed the held-out seeds' variance alone, df = n_h − 1); NaN where df < 1.
+
+    Its limit: the tuning value is the best of many trials, selected on those very seeds, so it is not a free draw
+    of the point's objective there; the interval treats it as one, and covers the optimism of this selection only
+    as far as the point's per-seed spread is the same on the tuning and the held-out seeds."""
+    held, tuned = np.asarray(heldout, float), np.asarray(tuning, float)
+    df = held.size + tuned.size - 2
+    if held.size < 1 or tuned.size < 1 or df < 1:
+        return math.nan, math.nan
+    squares = float(((held - held.mean()) ** 2).sum() + ((tuned - tuned.mean()) ** 2).sum())
+    error = math.sqrt(squares / df * (1 / held.size + 1 / tuned.size))
+    centre, half = float(held.mean() - tuned.mean()), float(stats.t.ppf((1 + level) / 2, df)) * error
+    return centre - half, centre + half
+
+
+def paired_gain(default: dict, tuned: dict, level: float = LEVEL) -> tuple[float, float, float]:
+    """(low, high, p) of the gain, the defaults' objective minus the tuned point's on the same held-out training
+    seeds (`{seed: objective}` each): the paired t-interval of the mean difference and the two-sided paired t-test
+    of a zero mean, df = n − 1 (Student's paired test: a training seed's model is shared by both, so its luck
+    cancels). NaN with fewer than two seeds; a difference the same on every seed has a zero-width interval and, as
+    scipy's `ttest_rel`, p NaN where it is 0 and 0 otherwise."""
+    seeds = [seed for seed in default if seed in tuned]
+    if len(seeds) < 2:
+        return math.nan, math.nan, math.nan
+    differences = np.array([default[seed] - tuned[seed] for seed in seeds], float)
+    mean, sem = float(differences.mean()), float(differences.std(ddof=1) / math.sqrt(differences.size))
+    if sem == 0:
+        return mean, mean, math.nan if mean == 0 else 0.0
+    df = differences.size - 1
+    half = float(stats.t.ppf((1 + level) / 2, df)) * sem
+    return mean - half, mean + half, float(2 * stats.t.sf(abs(mean / sem), df))
 
 
 def tuning_rows(tunings: list[dict]) -> pd.DataFrame:
     rows = []
     for tuning in tunings:
         for method, record in (tuning.get("methods") or {}).items():
-            trials = record.get("trials", [])
-            failed = sum(t["state"] != "complete" for t in trials)
-            base = {"method": method, "trials": len(trials), "failed_trials": failed,
-                    "tuning_seeds": " ".join(map(str, tuning.get("seeds", []))),
-                    "heldout_seeds": " ".join(map(str, tuning.get("heldout", [])))}
-            best = record.get("best")
-            if best is None:
-                rows.append({**base, "note": record.get("error", "no trial completed")})
-                continue
-            held = record.get("heldout", {})
-            tuned, default = held.get(TUNED, {}), held.get(DEFAULT, {})
-            low, high = t_interval(list((tuned.get("by_seed") or {}).values()))
-            value, baseline = tuned.get("objective"), default.get("objective")
-            notes = [f"{stage}: {part['reason']}" for stage, part in held.items() if part.get("reason")]
-            rows.append({**base, "best": ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                                  for k, v in best["params"].items()),
-                         "best_trial": best["trial"], "objective_tuning": best["objective"],
-                         "objective_heldout": value, "heldout_low": low, "heldout_high": high,
-                         "objective_default": baseline,
-                         "optimism": None if value is None else value - best["objective"],
-                         "gain": None if value is None or baseline is None else baseline - value,
-                         "note": "; ".join(notes)})
+            for replicate in replicates_of(tuning, record):
+                rows.append(replicate_row(method, tuning, replicate))
     return pd.DataFrame(rows, columns=TUNING_COLUMNS)
 
+
+def replicate_row(method: str, tuning: dict, replicate: dict) -> dict:
+    """One replicate's row of tuning.csv."""
+    trials = replicate.get("trials", [])
+    tpe = sum(t.get("drawn") == TPE for t in trials)
+    row = {"method": method, "replicate": replicate["replicate"], "trials": len(trials),
+           "failed_trials": sum(t["state"] != "complete" for t in trials),
+           "startup_trials": tuning.get("startup_trials", OPTUNA_STARTUP), "tpe_trials": tpe,
+           "random_search": tpe == 0, "tuning_seeds": " ".join(map(str, replicate.get("seeds", []))),
+           "heldout_seeds": " ".join(map(str, tuning.get("heldout", [])))}
+    best = replicate.get("best")
+    if best is None:
+        return {**row, "note": replicate.get("error", "no trial completed")}
+    label = point_label(best["params"])
+    return {**row, "best": f"defaults ({label})" if best.get("drawn") == DEFAULTS else label,
+            "best_trial": best["trial"], "objective_tuning": best["objective"], **against_defaults(trials, best),
+            **judgement(best, replicate.get("heldout", {}))}
+
+
+def judgement(best: dict, held: dict) -> dict:
+    """The held-out columns of a replicate's row: the tuned point's and the defaults' objective, the held-out
+    interval, the optimism and the gain with their intervals, the gain's p-value, and the notes."""
+    tuned, default = held.get(TUNED, {}), held.get(DEFAULT, {})
+    value, baseline = tuned.get("objective"), default.get("objective")
+    tuned_seeds, tuning_seeds = seed_values(tuned), seed_values(best)
+    optimism = optimism_interval(list(tuned_seeds.values()), list(tuning_seeds.values()))
+    gain = paired_gain(seed_values(default), tuned_seeds)
+    notes = [f"{stage}: {part['reason']}" for stage, part in held.items() if part.get("reason")]
+    return {"objective_heldout": value, **dict(zip(("heldout_low", "heldout_high"),
+                                                   t_interval(list(tuned_seeds.values())), strict=True)),
+            "objective_default": baseline, "optimism": None if value is None else value - best["objective"],
+            "optimism_low": optimism[0], "optimism_high": optimism[1],
+            "gain": None if value is None or baseline is None else baseline - value,
+            "gain_low": gain[0], "gain_high": gain[1], "gain_p": gain[2],
+            "note": "; ".join([*notes, *interval_notes(len(tuned_seeds), len(tuning_seeds))])}
+
+
+def seed_values(part: dict) -> dict[str, float]:
+    """A batch's objective per training seed (tuning.json's `by_seed`)."""
+    return {str(seed): float(value) for seed, value in (part.get("by_seed") or {}).items()}
+
+
+def point_label(params: dict) -> str:
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
+
+
+def against_defaults(trials: list[dict], best: dict) -> dict:
+    """The defaults' trial's objective on the tuning seeds, whether the best trial beat it (the best trial is
+    another trial: it scored lower, or the defaults failed) and by how much (defaults minus best, on the tuning
+    seeds); NaN where the record has no defaults' trial."""
+    defaults = next((t for t in trials if t.get("drawn") == DEFAULTS), None)
+    if defaults is None:
+        return {"defaults_tuning": math.nan, "beat_defaults": None, "beat_by": math.nan}
+    value = defaults.get("objective") if defaults["state"] == "complete" else None
+    return {"defaults_tuning": math.nan if value is None else value,
+            "beat_defaults": best["trial"] != defaults["trial"],
+            "beat_by": math.nan if value is None else value - best["objective"]}
+
+
+def interval_notes(heldout: int, tuning: int) -> list[str]:
+    """Where too few seeds leave an interval out (NaN), or the optimism's rests on the held-out seeds alone."""
+    if heldout == 0:
+        return []
+    notes = [] if heldout >= 2 else ["one held-out seed: no held-out or gain interval"]
+    if heldout + tuning < 3:
+        notes.append("one held-out and one tuning seed: no optimism interval")
+    elif tuning == 1:
+        notes.append("one tuning seed: the optimism interval uses the held-out seeds' variance alone")
+    return notes
+
+
+def replicate_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """tuning_replicates.csv from tuning.csv: per method, across its replicates, the chosen point's held-out
+    objective (mean, std, min, max), the number of distinct chosen points, how many replicates beat the defaults on
+    their tuning seeds and how many were random search, the mean optimism and the mean gain. The replicates share
+    the held-out seeds, so the spread is that of the search (its sampler seed and tuning seeds), not of the held-out
+    judgement."""
+    rows = []
+    for method, mine in table.groupby("method", sort=False):
+        held = pd.to_numeric(mine["objective_heldout"], errors="coerce").dropna()
+        points = mine["best"].dropna()
+        rows.append({"method": method, "replicates": len(mine), "heldout_mean": held.mean(),
+                     "heldout_std": held.std(ddof=1) if len(held) > 1 else math.nan, "heldout_min": held.min(),
+                     "heldout_max": held.max(), "distinct_points": points.nunique(),
+                     "points_differ": points.nunique() > 1,
+                     "beat_defaults": sum(bool(v) for v in mine["beat_defaults"] if v is not None and v == v),
+                     "random_search": int(mine["random_search"].astype(bool).sum()),
+                     "optimism_mean": pd.to_numeric(mine["optimism"], errors="coerce").mean(),
+                     "gain_mean": pd.to_numeric(mine["gain"], errors="coerce").mean()})
+    return pd.DataFrame(rows, columns=REPLICATE_COLUMNS)
 
 
 def without_trials(frame: pd.DataFrame, jobs: list[dict]) -> tuple[pd.DataFrame, list[dict]]:
