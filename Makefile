@@ -42,7 +42,7 @@ readme-table: install  # rerun the demo from an empty cache and rewrite README.m
 study: install  # the seed study's Figure 1 on digits (about 10 minutes on 2 cores): docs/seed_study.png, docs/seed-study.md's table and docs/comparing.md's leaderboard
 	$(BIN)/python scripts/seed_study.py --docs
 
-tune-study: install  # tuning on one training seed against three, three replicates of 30 trials each on disjoint seed sets, judged on five held-out seeds (about 25 minutes on 2 cores): docs/tuning.md's tables
+tune-study: install  # tuning on one training seed against three, three replicates of 30 trials each on disjoint seed sets, judged on five held-out seeds (about 15 minutes on 2 cores): docs/tuning.md's tables
 	$(BIN)/python scripts/tune_study.py --docs
 
 text-study: install  # the seed study on the text task (about 3 minutes on 2 cores): docs/text_seed_study.png and docs/text.md's table

@@ -87,11 +87,12 @@ def replicate_table(tuning: pd.DataFrame) -> str:
 
 def spread_table(tunings: dict[str, pd.DataFrame]) -> str:
     """Per method and design, across replicates: the chosen points' held-out objective, how many distinct points,
-    how many beat the defaults on their tuning seeds, the mean optimism and gain; and the defaults held out."""
+    how many beat the defaults on their tuning seeds, the mean optimism and gain with their t-intervals over the
+    replicates; and the defaults held out."""
     from unlearnbench.report.compute.tuning import replicate_rows
 
     header = ["method", "design", "chosen point held out: mean ± std [min, max]", "distinct points",
-              "beat defaults (tuning seeds)", "mean optimism", "mean gain", "defaults, held out"]
+              "beat defaults (tuning seeds)", "mean optimism [95%]", "mean gain [95%]", "defaults, held out"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for design, tuning in tunings.items():
         for row in replicate_rows(tuning).itertuples(index=False):
@@ -99,7 +100,8 @@ def spread_table(tunings: dict[str, pd.DataFrame]) -> str:
             cells = [row.method, design, f"{fmt(row.heldout_mean)} ± {fmt(row.heldout_std)} "
                                          f"[{fmt(row.heldout_min)}, {fmt(row.heldout_max)}]",
                      f"{row.distinct_points} of {row.replicates}", f"{row.beat_defaults} of {row.replicates}",
-                     fmt(row.optimism_mean), fmt(row.gain_mean), fmt(default)]
+                     with_interval(row.optimism_mean, row.optimism_low, row.optimism_high),
+                     with_interval(row.gain_mean, row.gain_low, row.gain_high), fmt(default)]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

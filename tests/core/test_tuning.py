@@ -399,6 +399,12 @@ def test_each_replicate_is_a_row_and_the_summary_gives_their_spread():
         pytest.approx((0.15, 0.35))
     assert summary["distinct_points"] == 3 and summary["points_differ"] and summary["beat_defaults"] == 2
     assert summary["random_search"] == 1 and summary["gain_mean"] == pytest.approx(0.25 - 0.25)
+    rows = tuning_rows([tuning])
+    for name in ("optimism", "gain"):  # the t-interval of the mean over the replicates, df R − 1
+        values = rows[name].astype(float)
+        expected = stats.t.interval(0.95, len(values) - 1, values.mean(), stats.sem(values)) \
+            if values.std() > 0 else (values.mean(), values.mean())
+        assert (summary[f"{name}_low"], summary[f"{name}_high"]) == pytest.approx(expected, nan_ok=True)
     trials = trial_rows([tuning])
     assert list(trials["replicate"]) == [0, 0, 0, 1, 1, 1, 2, 2, 2] and trials["drawn"].iloc[0] == DEFAULTS
 

@@ -146,7 +146,7 @@ TUNING_COLUMNS = ["method", "replicate", "best", "best_trial", "trials", "failed
                   "gain_p", "note"]
 REPLICATE_COLUMNS = ["method", "replicates", "heldout_mean", "heldout_std", "heldout_min", "heldout_max",
                      "distinct_points", "points_differ", "beat_defaults", "random_search", "optimism_mean",
-                     "gain_mean"]
+                     "optimism_low", "optimism_high", "gain_mean", "gain_low", "gain_high"]
 LEVEL = 0.95  # of every interval of the tuning tables
 OPTUNA_STARTUP = 10  # TPE's random start-up trials where tuning.json does not say (Optuna's default)
 
@@ -327,12 +327,14 @@ def interval_notes(heldout: int, tuning: int) -> list[str]:
 def replicate_rows(table: pd.DataFrame) -> pd.DataFrame:
     """tuning_replicates.csv from tuning.csv: per method, across its replicates, the chosen point's held-out
     objective (mean, std, min, max), the number of distinct chosen points, how many replicates beat the defaults on
-    their tuning seeds and how many were random search, the mean optimism and the mean gain. The replicates share
-    the held-out seeds, so the spread is that of the search (its sampler seed and tuning seeds), not of the held-out
-    judgement."""
+    their tuning seeds and how many were random search, the mean optimism and the mean gain with their
+    t-intervals over the replicates (df R − 1). The replicates share the held-out seeds, so the spread is that of
+    the search (its sampler seed and tuning seeds), not of the held-out judgement, and the intervals are those of a
+    new tuning's optimism and gain judged on these held-out seeds."""
     rows = []
     for method, mine in table.groupby("method", sort=False):
         held = pd.to_numeric(mine["objective_heldout"], errors="coerce").dropna()
+        optimism, gain = (pd.to_numeric(mine[c], errors="coerce").dropna().tolist() for c in ("optimism", "gain"))
         points = mine["best"].dropna()
         rows.append({"method": method, "replicates": len(mine), "heldout_mean": held.mean(),
                      "heldout_std": held.std(ddof=1) if len(held) > 1 else math.nan, "heldout_min": held.min(),
@@ -340,8 +342,10 @@ def replicate_rows(table: pd.DataFrame) -> pd.DataFrame:
                      "points_differ": points.nunique() > 1,
                      "beat_defaults": sum(bool(v) for v in mine["beat_defaults"] if v is not None and v == v),
                      "random_search": int(mine["random_search"].astype(bool).sum()),
-                     "optimism_mean": pd.to_numeric(mine["optimism"], errors="coerce").mean(),
-                     "gain_mean": pd.to_numeric(mine["gain"], errors="coerce").mean()})
+                     "optimism_mean": np.mean(optimism) if optimism else math.nan,
+                     **dict(zip(("optimism_low", "optimism_high"), t_interval(optimism), strict=True)),
+                     "gain_mean": np.mean(gain) if gain else math.nan,
+                     **dict(zip(("gain_low", "gain_high"), t_interval(gain), strict=True))})
     return pd.DataFrame(rows, columns=REPLICATE_COLUMNS)
 
 

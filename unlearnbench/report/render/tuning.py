@@ -74,15 +74,17 @@ def replicate_lines(summary: pd.DataFrame) -> list[str]:
              "The whole tuning repeated with other sampler seeds (and, with `tune.seed_sets`, other tuning seeds). "
              "The replicates share the held-out seeds, so the spread of the chosen points' held-out objective is "
              "the search's (which point it lands on), not the judgement's: it says how much a single tuning's "
-             "verdict depends on its own luck. Every column in `tuning_replicates.csv`.", "",
+             "verdict depends on its own luck. Mean optimism and gain with their t-intervals over the replicates. "
+             "Every column in `tuning_replicates.csv`.", "",
              "| method | replicates | chosen point held out: mean ± std [min, max] | distinct points | beat defaults "
-             "(tuning seeds) | random search | mean optimism | mean gain |",
+             "(tuning seeds) | random search | mean optimism [95%] | mean gain [95%] |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in summary.itertuples(index=False):
         spread = f"{fmt(row.heldout_mean)} ± {fmt(row.heldout_std)} [{fmt(row.heldout_min)}, {fmt(row.heldout_max)}]"
         lines.append(f"| {row.method} | {row.replicates} | {spread} | {row.distinct_points} | "
                      f"{row.beat_defaults} of {row.replicates} | {row.random_search} of {row.replicates} | "
-                     f"{fmt(row.optimism_mean)} | {fmt(row.gain_mean)} |")
+                     f"{interval(row.optimism_mean, row.optimism_low, row.optimism_high)} | "
+                     f"{interval(row.gain_mean, row.gain_low, row.gain_high)} |")
     return [*lines, ""]
 
 
