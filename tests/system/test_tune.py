@@ -212,7 +212,10 @@ def test_replicates_on_their_own_seed_sets_share_the_defaults_held_out_jobs(stud
     configurations = pd.read_csv(sweep / "report" / "leaderboard.csv")[["tuning", "tuning_replicate"]]
     assert set(map(tuple, configurations.astype(str).to_numpy())) <= {("default", "nan"), ("tuned", "0"),
                                                                       ("tuned", "1")}
-    assert "in more than one job" not in (sweep / "report" / "report.md").read_text()
+    text = (sweep / "report" / "report.md").read_text()
+    assert "in more than one job" not in text
+    assert "## digits · resnet18 · full_class · default — target 3" in text  # no replicate: no empty part
+    assert "## digits · resnet18 · full_class · tuned · 1 — target 3" in text
 
 
 def test_the_study_reports_each_replicate_and_their_spread_and_writes_the_docs_tables(study):

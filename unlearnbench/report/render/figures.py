@@ -92,7 +92,7 @@ def _panels(count: int, width: float = 4.2, height: float = 3.4) -> tuple[Figure
 def designs(study: Study, folder: Path) -> list[Path]:
     paths, catalogue = [], study.catalogue
     for ident, part in configurations(study, study.values):
-        config = " · ".join(map(str, ident))
+        config = " · ".join(str(value) for value in ident if value != "")
         for metric, split in catalogue.roles("figure"):
             rows = part[(part["metric"] == metric) & (part["split"] == split)]
             unlearned = rows[rows["role"] == "unlearned"]

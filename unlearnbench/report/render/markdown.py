@@ -141,7 +141,7 @@ def best_methods(table: pd.DataFrame, metric: str, split: str, catalogue: Catalo
 
 def section_title(ident: tuple) -> str:
     """The section heading: dataset · model · scenario (· any other varied configuration) — target t."""
-    return " · ".join(f"{value}" for value in ident[:-1]) + f" — target {ident[-1]}"
+    return " · ".join(f"{value}" for value in ident[:-1] if value != "") + f" — target {ident[-1]}"
 
 
 def section_columns(table: pd.DataFrame, catalogue: Catalogue) -> list[tuple[str, str, str]]:
@@ -400,7 +400,7 @@ def leaderboard_section(boards: list, figures: dict[str, str], catalogue: Catalo
                   "–" if math.isnan(r.p_best) else f"{r.p_best:.2f}",
                   *(fmt(rank_of.get((m, s, r.method))) for m, s in parts)] for r in headline.itertuples()]
         first = headline.iloc[0]
-        name = " · ".join(str(v) for v in board.config.values())
+        name = " · ".join(str(v) for v in board.config.values() if v != "")
         ranked_by = "" if main == AGGREGATE else f" by {metric_label(main, main_split, catalogue)}"
         lines += [f"### {name}", "", *md_table(["method", f"mean rank{ranked_by} [95%]", "P(best)",
                                                 *(metric_label(m, s, catalogue) for m, s in parts)], table)]
