@@ -18,6 +18,9 @@ tokens/s.
 
 Target on a CPU: ratios ≥ 0.9. Run with `make bench` (about 4 minutes on 2 cores) or directly:
     python benchmarks/bench_throughput.py --widths 16 --precisions 32-true --repeats 5
+The smallest run (seconds, for a test that the script runs to its end; its ratios mean little):
+    python benchmarks/bench_throughput.py --widths 8 --precisions 32-true --repeats 1 --seconds 0 --hiddens 32 \
+        --entities 4
 """
 
 from __future__ import annotations
@@ -221,8 +224,11 @@ def measure(setting: Setting, device: torch.device, repeats: int, compiled: bool
 
 def calibrated_images(setting: Setting, device: torch.device, seconds: float) -> int:
     """Training images for a pass of about `seconds` (whole batches, 2 to 256 of them), from the raw loop's rate on
-    two batches: bf16 on a CPU without bf16 instructions runs 10-30× slower than float32."""
+    two batches: bf16 on a CPU without bf16 instructions runs 10-30× slower than float32. `seconds` 0: two batches,
+    with no calibration."""
     batch = RECIPE["batch_size"]
+    if seconds <= 0:
+        return 2 * batch
     train, _ = raw_loops(Setting(**{**setting.__dict__, "train_images": 2 * batch}),
                          fabricated(2 * batch, batch, device))
     rate = 2 * batch / median_seconds(train, device, 1)
@@ -241,12 +247,13 @@ def layout_rows(setting: Setting, device: torch.device, repeats: int) -> list[tu
     return [(stage, rates[False][k], rates[True][k]) for k, stage in enumerate(("train", "eval"))]
 
 
-def text_setting(hidden: int, device: torch.device):
-    """The text task's fine-tuning on the built-in data: the tokenizer, its encoded items and a fresh tiny Llama."""
+def text_setting(hidden: int, device: torch.device, entities: int = 20):
+    """The text task's fine-tuning on the built-in data (`entities` fictitious entities and as many general
+    questions): the tokenizer, its encoded items and a fresh tiny Llama."""
     from unlearnbench.tasks.text.data import fictitious
     from unlearnbench.tasks.text.model import CausalLM
 
-    data = fictitious(entities=20, holdout_entities=2, general=20, seed=0)
+    data = fictitious(entities=entities, holdout_entities=2, general=entities, seed=0)
     lm = CausalLM(hidden=hidden, heads=4)
     tokenizer = lm.tokenizer(data.texts())
     encoder = lm.encoder(tokenizer)
@@ -254,7 +261,8 @@ def text_setting(hidden: int, device: torch.device):
     return lm, tokenizer, encoder, items
 
 
-def text_rows(hidden: int, precision: str, device: torch.device, repeats: int, epochs: int) -> tuple[float, float]:
+def text_rows(hidden: int, precision: str, device: torch.device, repeats: int, epochs: int,
+              entities: int = 20) -> tuple[float, float]:
     """(unlearnbench's fine-tuning, a raw HF/PyTorch loop) in tokens/s: the same tiny Llama, items, batch (16, the
     built-in recipe's), AdamW with weight decay, linear schedule and gradient clipping, precision; the raw loop
     pads each batch to its longest, computes the answer-only token-mean NLL and steps, and nothing else."""
@@ -264,7 +272,7 @@ def text_rows(hidden: int, precision: str, device: torch.device, repeats: int, e
     from unlearnbench.tasks.text.losses import token_mean_nll
     from unlearnbench.tasks.text.train import Items, fine_tune
 
-    lm, tokenizer, encoder, items = text_setting(hidden, device)
+    lm, tokenizer, encoder, items = text_setting(hidden, device, entities)
     recipe = SimpleNamespace(epochs=epochs, batch_size=16, lr=3e-3, weight_decay=0.01, warmup_epochs=1.0)
     tokens = epochs * sum(len(item["input_ids"]) for item in items)
     fabric = Fabric(accelerator=device.type, devices=1, precision=precision)
@@ -296,7 +304,7 @@ def text_rows(hidden: int, precision: str, device: torch.device, repeats: int, e
     return tokens / median_seconds(ours, device, repeats), tokens / median_seconds(raw, device, repeats)
 
 
-def text_table(device: torch.device, precisions: str, repeats: int, hiddens: str) -> int:
+def text_table(device: torch.device, precisions: str, repeats: int, hiddens: str, entities: int = 20) -> int:
     """The text task's fine-tuning throughput table; the number of ratios below the target."""
     print(f"\ntext task: tiny Llama fine-tuning on the built-in data (batch 16), tokens/s, median of {repeats}; "
           f"ratio = unlearnbench / raw HF loop (target ≥ {TARGET_RATIO})\n")
@@ -304,7 +312,7 @@ def text_table(device: torch.device, precisions: str, repeats: int, hiddens: str
     failures = 0
     for hidden in map(int, hiddens.split(",")):
         for precision in precisions.split(","):
-            ours, raw = text_rows(hidden, precision, device, repeats, epochs=2)
+            ours, raw = text_rows(hidden, precision, device, repeats, epochs=2, entities=entities)
             failures += ours / raw < TARGET_RATIO
             print(f"{hidden:>6} {precision:11} {ours:>12.0f} {raw:>9.0f} {ours / raw:>6.2f}"
                   + ("" if ours / raw >= TARGET_RATIO else "  below target"), flush=True)
@@ -317,13 +325,17 @@ def main() -> None:
     parser.add_argument("--precisions", default=None,
                         help="default: 32-true,bf16-mixed (bf16-mixed left out on a CPU without bf16 instructions)")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per figure (the median is shown)")
-    parser.add_argument("--seconds", type=float, default=3.0, help="about how long one timed training pass takes")
+    parser.add_argument("--seconds", type=float, default=3.0,
+                        help="about how long one timed training pass takes (0: two batches, the smallest pass)")
     parser.add_argument("--accelerator", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--layouts", action="store_true", help="also time the raw loop in both memory layouts")
     parser.add_argument("--compile", action="store_true", help="also the raw loop under torch.compile (GPU default)")
     parser.add_argument("--tasks", default="image,text", help="image (the ResNet18 recipe), text (a tiny Llama)")
     parser.add_argument("--hiddens", default="64,256", help="the text task's Llama widths (64: the CPU default)")
+    parser.add_argument("--entities", type=int, default=20, help="the text task's built-in data: entities (default 20)")
     args = parser.parse_args()
+    if args.entities < 2 or args.repeats < 1:
+        parser.error(f"--entities must be ≥ 2 and --repeats ≥ 1; got {args.entities} and {args.repeats}")
     quiet_known_warnings()
     device = torch.device("cuda" if args.accelerator in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
     gpu = device.type == "cuda"
@@ -370,7 +382,7 @@ def main() -> None:
                     print(f"  layout {stage:5} raw loop: NCHW {standard:8.1f}, channels_last {channels_last:8.1f} "
                           f"images/s ({faster} faster by {ratio:.2f}×)", flush=True)
     if "text" in args.tasks:
-        failures += text_table(device, precisions, args.repeats, args.hiddens)
+        failures += text_table(device, precisions, args.repeats, args.hiddens, args.entities)
     print(f"\nall ratios ≥ {TARGET_RATIO}" if not failures else f"\n{failures} ratio(s) below {TARGET_RATIO}")
 
 

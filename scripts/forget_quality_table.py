@@ -5,8 +5,8 @@ Per method: the NeurIPS 2023 competition's forgetting quality F under the single
 std and range over i) and under the multi-training-seed pool B, B's null median, the final score, LiRA's AUC and
 TPR at 1% FPR (A: mean over i), and the entropy MIA (unlearned / retrained, pool B). With `--docs`, the figure goes
 to `docs/forget_quality.png` and the table into docs/forget-quality.md between its `<!-- forget-quality -->`
-markers, with the machine it ran on and the sweep's time. `--reuse` reads an existing sweep in `--out` instead of
-running it.
+markers, with the machine it ran on and the sweep's time (`--docs-dir` names another copy of the pages than the
+repository's docs/). `--reuse` reads an existing sweep in `--out` instead of running it.
 
 Extra arguments are Hydra overrides for the sweep (e.g. `study.J=8`).
 """
@@ -64,6 +64,25 @@ def docs_block(text: str, numerics: str, sizes: str, minutes: float | None) -> s
     return f"{BEGIN}\n{lead}\n\n{text}\n{END}"
 
 
+def check_page(docs: Path) -> None:
+    """Refuse a docs folder whose page lacks its block before the sweep (an hour), not after it."""
+    from unlearnbench.core.files import replace_block
+
+    try:
+        replace_block((docs / "forget-quality.md").read_text(), BEGIN, END, "")
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"the '--docs-dir' folder must hold forget-quality.md with one {BEGIN} … {END} block; got "
+                         f"{docs} ({error})") from None
+
+
+def sizes_of(quality: pd.DataFrame) -> str:
+    """The pools' sizes, for the docs' lead: how many pools A(i) and their N, and B's N (medians over methods)."""
+    count_a = quality[quality["design"] == "A"]["seed_train"].nunique()
+    n_a = int(quality[quality["design"] == "A"]["n_models"].median()) if count_a else 0
+    n_b = int(quality[quality["design"] == "B"]["n_models"].median()) if (quality["design"] == "B").any() else 0
+    return f"{count_a} pools A(i) of N = {n_a} unlearning seeds, pool B of N = {n_b} training seeds"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "forget_quality", help="the sweep folder")
@@ -71,7 +90,11 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=None, help="with --reuse: the sweep's time, for the table")
     parser.add_argument("--docs", action="store_true",
                         help="update docs/forget_quality.png and docs/forget-quality.md's table")
+    parser.add_argument("--docs-dir", type=Path, default=REPO / "docs",
+                        help="the pages --docs updates (default: the repository's docs/)")
     args, overrides = parser.parse_known_args()
+    if args.docs:
+        check_page(args.docs_dir)
     minutes = args.minutes
     if not args.reuse:
         if args.out.exists():
@@ -97,19 +120,13 @@ def main() -> None:
     if args.docs:
         from unlearnbench.core.files import replace_block, write_atomically
 
-        quality = report.study.forgetting.quality
-        designs = quality.groupby("design")
-        count_a = designs.get_group("A")["seed_train"].nunique() if "A" in designs.groups else 0
-        n_a = int(quality[quality["design"] == "A"]["n_models"].median()) if count_a else 0
-        n_b = int(quality[quality["design"] == "B"]["n_models"].median()) if "B" in designs.groups else 0
-        sizes = f"{count_a} pools A(i) of N = {n_a} unlearning seeds, pool B of N = {n_b} training seeds"
         identity = report.jobs[0]["numerics_identity"]
-        (REPO / "docs").mkdir(exist_ok=True)
-        shutil.copyfile(figures[0], REPO / "docs" / "forget_quality.png")
-        page = REPO / "docs" / "forget-quality.md"
-        block = docs_block(text, f"{describe_numerics(identity)} (`{identity['id']}`)", sizes, minutes)
+        page = args.docs_dir / "forget-quality.md"
+        block = docs_block(text, f"{describe_numerics(identity)} (`{identity['id']}`)",
+                           sizes_of(report.study.forgetting.quality), minutes)
         write_atomically(page, replace_block(page.read_text(), BEGIN, END, block))
-        print("docs/forget-quality.md and docs/forget_quality.png updated")
+        shutil.copyfile(figures[0], args.docs_dir / "forget_quality.png")
+        print(f"updated in {args.docs_dir}: forget-quality.md, forget_quality.png")
 
 
 if __name__ == "__main__":

@@ -3,11 +3,13 @@ and replace the README's demo-table block (between its two `demo-table` marker c
 docs/getting-started.md include the block) with its table and the machine it ran on.
 
 The table is never edited by hand: another CPU or GPU model or thread count trains other models, so the README
-says which machine its numbers came from.
+says which machine its numbers came from. `--readme PATH` rewrites another copy of the README; extra arguments are
+Hydra overrides of the demo (a smaller one for a test: the table is then not the demo's).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -19,11 +21,11 @@ REPO = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- --8<-- [start:demo-table] -->", "<!-- --8<-- [end:demo-table] -->"  # pymdownx.snippets' markers
 
 
-def run_demo(folder: Path) -> dict:
+def run_demo(folder: Path, overrides: list[str] = ()) -> dict:
     """The demo's result.json, from a fresh sweep folder and cache (so every model is trained here and now)."""
     command = [str(Path(sys.executable).parent / "unlearnbench"), f"hydra.sweep.dir={folder / 'sweep'}",
                f"paths.cache_dir={folder / 'cache'}", f"paths.data_dir={folder / 'data'}",
-               "runtime.print_table=false"]
+               "runtime.print_table=false", *overrides]
     subprocess.run(command, check=True, cwd=folder)
     (path,) = (folder / "sweep").glob("*/result.json")
     return json.loads(path.read_text())
@@ -41,15 +43,23 @@ def block(result: dict) -> str:
 
 
 def main() -> None:
-    readme = REPO / "README.md"
-    with tempfile.TemporaryDirectory() as tmp:
-        result = run_demo(Path(tmp))
-    if result["status"] != "complete":
-        raise SystemExit(f"the demo failed: {result['error']}")
     from unlearnbench.core.files import replace_block, write_atomically
 
-    write_atomically(readme, replace_block(readme.read_text(), BEGIN, END, block(result)))
-    print(f"README.md: demo table regenerated on {result['numerics']['id']}")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--readme", type=Path, default=REPO / "README.md",
+                        help="the page whose demo table is rewritten (default: the repository's README.md)")
+    args, overrides = parser.parse_known_args()
+    try:  # refused before the demo runs, not after
+        replace_block(args.readme.read_text(), BEGIN, END, "")
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"the '--readme' file must hold one {BEGIN} … {END} block; got {args.readme} "
+                         f"({error})") from None
+    with tempfile.TemporaryDirectory() as tmp:
+        result = run_demo(Path(tmp), overrides)
+    if result["status"] != "complete":
+        raise SystemExit(f"the demo failed: {result['error']}")
+    write_atomically(args.readme, replace_block(args.readme.read_text(), BEGIN, END, block(result)))
+    print(f"{args.readme}: demo table regenerated on {result['numerics']['id']}")
 
 
 if __name__ == "__main__":

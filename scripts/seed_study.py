@@ -7,7 +7,8 @@ random_labels, unsir, bad_teacher, ssd and lfssd. Two sweeps (`OUT/single`: seed
 `OUT/multi`: seeds.train=range(1, I), each with its own unlearning seed), one report over both (`OUT/report`), and a
 table of the numbers the docs' discussion rests on. With `--docs`, the figure goes to `docs/seed_study.png`
 and the table into docs/seed-study.md between its `<!-- seed-study -->` markers, with the machine it ran on; the
-report's leaderboard into docs/comparing.md and its critical-difference diagram to `docs/seed_study_leaderboard.png`.
+report's leaderboard into docs/comparing.md and its critical-difference diagram to `docs/seed_study_leaderboard.png`
+(`--docs-dir` names another copy of the pages than the repository's docs/).
 
 Extra arguments are Hydra overrides for both sweeps (e.g. `scenario=random_sample`).
 """
@@ -82,6 +83,18 @@ def docs_block(text: str, numerics: str, sizes: tuple[int, int]) -> str:
     return f"{BEGIN}\n{lead}\n\n{text}\n{END}"
 
 
+def check_pages(docs: Path) -> None:
+    """Refuse a docs folder whose pages lack their blocks before the sweeps (minutes), not after them."""
+    from unlearnbench.core.files import replace_block
+
+    for name, begin, end in (("seed-study.md", BEGIN, END), ("comparing.md", BOARD_BEGIN, BOARD_END)):
+        try:
+            replace_block((docs / name).read_text(), begin, end, "")
+        except (OSError, ValueError) as error:
+            raise SystemExit(f"the '--docs-dir' folder must hold {name} with one {begin} … {end} block; got "
+                             f"{docs} ({error})") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "seed_study", help="folder of the sweeps and the report")
@@ -89,9 +102,13 @@ def main() -> None:
     parser.add_argument("--unlearn-seeds", type=int, default=11, help="J: unlearning seeds of design A(0)")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated (default: the study's seven)")
     parser.add_argument("--docs", action="store_true", help="update docs/seed_study.png and docs/seed-study.md's table")
+    parser.add_argument("--docs-dir", type=Path, default=REPO / "docs",
+                        help="the pages --docs updates (default: the repository's docs/)")
     args, overrides = parser.parse_known_args()
     if args.train_seeds < 3 or args.unlearn_seeds < 2:
         parser.error("the designs need --train-seeds ≥ 3 (B without seed 0 holds two) and --unlearn-seeds ≥ 2")
+    if args.docs:
+        check_pages(args.docs_dir)
     methods = [m for m in args.methods.split(",") if m]
     if args.out.exists():
         shutil.rmtree(args.out)  # a fresh study: earlier jobs of another design must not mix in
@@ -100,7 +117,6 @@ def main() -> None:
     sweep(multi, [f"seeds.train=range(1,{args.train_seeds})"], methods, overrides)
 
     from unlearnbench.report.build import build_report
-    from unlearnbench.report.read.collect import describe_numerics
 
     report = build_report([single, multi], args.out / "report")
     if report.failed:
@@ -113,36 +129,41 @@ def main() -> None:
     figure = figures[0]
     print(f"figure: {figure}")
     if args.docs:
-        from unlearnbench.core.files import replace_block, write_atomically
-
-        identity = report.jobs[0]["numerics_identity"]
-        (REPO / "docs").mkdir(exist_ok=True)
-        shutil.copyfile(figure, REPO / "docs" / "seed_study.png")
-        page = REPO / "docs" / "seed-study.md"
-        block = docs_block(text, f"{describe_numerics(identity)} (`{identity['id']}`)",
-                             (args.train_seeds, args.unlearn_seeds))
-        write_atomically(page, replace_block(page.read_text(), BEGIN, END, block))
-        print("docs/seed-study.md and docs/seed_study.png updated")
-        leaderboard_docs(report, f"{describe_numerics(identity)} (`{identity['id']}`)")
+        write_docs(report, figure, text, (args.train_seeds, args.unlearn_seeds), args.docs_dir)
 
 
-def leaderboard_docs(report, numerics: str) -> None:
-    """docs/comparing.md's example: the study's leaderboard as report.md shows it, and its critical-difference
-    diagram as docs/seed_study_leaderboard.png."""
+def write_docs(report, figure: Path, text: str, sizes: tuple[int, int], docs: Path) -> None:
+    """docs/seed-study.md's table and docs/comparing.md's leaderboard, each page written whole, and their figures;
+    nothing is written unless the study drew both figures."""
     from unlearnbench.core.files import replace_block, write_atomically
+    from unlearnbench.report.read.collect import describe_numerics
+
+    identity = report.jobs[0]["numerics_identity"]
+    numerics = f"{describe_numerics(identity)} (`{identity['id']}`)"
+    diagram, board = leaderboard_block(report, numerics)
+    for name, begin, end, block in (("seed-study.md", BEGIN, END, docs_block(text, numerics, sizes)),
+                                    ("comparing.md", BOARD_BEGIN, BOARD_END, board)):
+        write_atomically(docs / name, replace_block((docs / name).read_text(), begin, end, block))
+    shutil.copyfile(figure, docs / "seed_study.png")
+    shutil.copyfile(diagram, docs / "seed_study_leaderboard.png")
+    print(f"updated in {docs}: seed-study.md, comparing.md, seed_study.png, seed_study_leaderboard.png")
+
+
+def leaderboard_block(report, numerics: str) -> tuple[Path, str]:
+    """docs/comparing.md's example: the study's critical-difference diagram, and its leaderboard as report.md shows
+    it. The diagram needs a test, so enough blocks (training seeds × targets) for the number of methods."""
     from unlearnbench.report.render.markdown import leaderboard_section
 
     diagrams = [p for p in report.figures if p.name.startswith("leaderboard_")]
-    if not report.study.leaderboard or not diagrams:
-        raise SystemExit("the study drew no leaderboard diagram: see its report.md")
-    shutil.copyfile(diagrams[0], REPO / "docs" / "seed_study_leaderboard.png")
-    lines = leaderboard_section(report.study.leaderboard, {})[4:]  # without the section's heading and intro
+    if not diagrams:
+        notes = sorted({row["note"] for board in report.study.leaderboard for row in board.rows if row["note"]})
+        raise SystemExit(f"--docs needs the leaderboard's critical-difference diagram, and the study drew none "
+                         f"({'; '.join(notes) or 'no leaderboard'}): nothing in the docs was changed")
+    # without the section's heading and intro, and without the diagram's link (the page shows its own copy)
+    lines = leaderboard_section(report.study.leaderboard, {}, report.study.catalogue)[4:]
     lead = textwrap.fill(f"The leaderboard of `make study` (digits, ResNet18 width 8, class 3 forgotten), as its "
                          f"report.md shows it. Numbers from {numerics}, regenerated by `make study`.", 116)
-    page = REPO / "docs" / "comparing.md"
-    block = f"{BOARD_BEGIN}\n{lead}\n\n" + "\n".join(lines).strip() + f"\n{BOARD_END}"
-    write_atomically(page, replace_block(page.read_text(), BOARD_BEGIN, BOARD_END, block))
-    print("docs/comparing.md and docs/seed_study_leaderboard.png updated")
+    return diagrams[0], f"{BOARD_BEGIN}\n{lead}\n\n" + "\n".join(lines).strip() + f"\n{BOARD_END}"
 
 
 if __name__ == "__main__":

@@ -130,9 +130,11 @@ def user_environment() -> dict:
 
 
 def script(path: Path):
-    """The Python file at `path` (a script of scripts/ or benchmarks/) as a module, its `main` not run."""
+    """The Python file at `path` (a script of scripts/ or benchmarks/) as a module, its `main` not run; in
+    `sys.modules`, as an imported module is (a dataclass of a module with postponed annotations looks it up there)."""
     spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 

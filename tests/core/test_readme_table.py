@@ -1,10 +1,18 @@
 """`make readme-table` (scripts/readme_demo_table.py): the README's demo table is generated, names its machine, and
-is replaced in place, never appended or half-written."""
+is replaced in place, never appended or half-written; the command runs to its end on a small demo."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import shutil
+import subprocess
+import sys
+import unittest.mock
+from types import SimpleNamespace
+
 import pytest
-from helpers import REPO, script
+from helpers import QUICK_REPORT, REPO, TINY, run_forked, script, with_defaults
 
 from unlearnbench.core.files import replace_block
 
@@ -43,3 +51,43 @@ def test_the_readme_table_is_a_generated_one():
     readme = (REPO / "README.md").read_text()
     generated = readme[readme.index(readme_table.BEGIN):readme.index(readme_table.END)]
     assert "Numbers from " in generated and "numerics identity `" in generated and "(original)" in generated
+
+
+@pytest.mark.processes
+def test_make_readme_table_rewrites_the_block_of_the_readme_it_is_given(tmp_path, shared_cache):
+    """The command on a small demo (two methods, tiny models from the suite's cache: a later `paths.cache_dir` wins
+    over the script's empty one), its sweep forked from the test's fork server, into a copy of the README."""
+    readme = tmp_path / "README.md"
+    shutil.copyfile(REPO / "README.md", readme)
+
+    def forked(command: list[str], check: bool, cwd) -> subprocess.CompletedProcess:
+        done = run_forked(command, cwd, timeout=300)
+        assert done.returncode == 0 or not check, done.stderr[-3000:]
+        return done
+
+    printed = io.StringIO()
+    argv = ["readme_demo_table.py", "--readme", str(readme), "methods=[finetune,ssd]",
+            *with_defaults(TINY, QUICK_REPORT), f"paths.cache_dir={shared_cache}"]
+    with contextlib.redirect_stdout(printed), unittest.mock.patch.object(sys, "argv", argv), \
+            unittest.mock.patch.object(readme_table, "subprocess", SimpleNamespace(run=forked)):
+        readme_table.main()
+    begin, end = readme_table.BEGIN, readme_table.END
+    before, after = (REPO / "README.md").read_text(), readme.read_text()
+    block = after[after.index(begin):after.index(end) + len(end)]
+    assert after.replace(block, "") == before.replace(before[before.index(begin):before.index(end) + len(end)], "")
+    identity = block.split("numerics identity `")[1].split("`")[0]
+    assert printed.getvalue() == f"{readme}: demo table regenerated on {identity}\n"
+    table = block.split("```")[1].strip().splitlines()
+    assert table[0].split()[:2] == ["target", "3"]
+    assert [line.split()[0] for line in table[2:]] == ["(original)", "(retrained)", "finetune", "ssd"]
+
+
+def test_a_readme_without_the_block_is_refused_before_the_demo_runs(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# no table here\n")
+    with unittest.mock.patch.object(sys, "argv", ["readme_demo_table.py", "--readme", str(readme)]), \
+            unittest.mock.patch.object(readme_table, "subprocess", None), pytest.raises(SystemExit) as stop:
+        readme_table.main()
+    assert str(stop.value) == (f"the '--readme' file must hold one {readme_table.BEGIN} … {readme_table.END} block; "
+                               f"got {readme} (the text must hold exactly one {readme_table.BEGIN} … "
+                               f"{readme_table.END} block)")
