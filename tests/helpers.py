@@ -139,6 +139,37 @@ def script(path: Path):
     return module
 
 
+def forked_subprocess(cwd: Path, timeout: float = 900) -> types.SimpleNamespace:
+    """A stand-in for a script's `subprocess` module: its `run` of a console-script command forks it from the fork
+    server (`run_forked`) in `cwd` (or the call's own), and raises `CalledProcessError` where `check` is set and the
+    command failed, as `subprocess.run` does."""
+    def run(command: list[str], check: bool = False, cwd: Path = cwd, **_) -> subprocess.CompletedProcess:
+        done = run_forked(command, Path(cwd), timeout=timeout)
+        if check and done.returncode:
+            raise subprocess.CalledProcessError(done.returncode, command, done.stdout, done.stderr)
+        return done
+
+    return types.SimpleNamespace(run=run)
+
+
+def run_main(module, argv: list[str], folder: Path, timeout: float = 900) -> types.SimpleNamespace:
+    """A script's `main` (`script`) in this process, in `folder`, with `argv`, its sweeps forked from the fork
+    server (`forked_subprocess`): its exit status, what it printed, and why it stopped (its own refusal or failure,
+    or a sweep's stderr)."""
+    printed, returncode, reason = io.StringIO(), 0, ""
+    with contextlib.chdir(folder), contextlib.redirect_stdout(printed), \
+            unittest.mock.patch.object(sys, "argv", argv), \
+            unittest.mock.patch.object(module, "subprocess", forked_subprocess(folder, timeout), create=True):
+        try:
+            module.main()
+        except SystemExit as stop:
+            code = stop.code
+            returncode, reason = (code or 0) if isinstance(code, int | None) else 1, "" if code is None else str(code)
+        except subprocess.CalledProcessError as failed:
+            returncode, reason = failed.returncode, failed.stderr
+    return types.SimpleNamespace(returncode=returncode, stdout=printed.getvalue(), stderr=reason)
+
+
 def forked_popen(command: list[str], **options) -> forkserver.Forked:
     """`unlearnbench.api.run_sweep`'s `subprocess.Popen` of `python -m unlearnbench`, forked from the fork server
     (forkserver.py: the same process without 5–8 s of imports)."""

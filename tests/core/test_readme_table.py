@@ -3,16 +3,12 @@ is replaced in place, never appended or half-written; the command runs to its en
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
-import subprocess
 import sys
 import unittest.mock
-from types import SimpleNamespace
 
 import pytest
-from helpers import QUICK_REPORT, REPO, TINY, run_forked, script, with_defaults
+from helpers import QUICK_REPORT, REPO, TINY, run_main, script, with_defaults
 
 from unlearnbench.core.files import replace_block
 
@@ -60,23 +56,16 @@ def test_make_readme_table_rewrites_the_block_of_the_readme_it_is_given(tmp_path
     readme = tmp_path / "README.md"
     shutil.copyfile(REPO / "README.md", readme)
 
-    def forked(command: list[str], check: bool, cwd) -> subprocess.CompletedProcess:
-        done = run_forked(command, cwd, timeout=300)
-        assert done.returncode == 0 or not check, done.stderr[-3000:]
-        return done
-
-    printed = io.StringIO()
     argv = ["readme_demo_table.py", "--readme", str(readme), "methods=[finetune,ssd]",
             *with_defaults(TINY, QUICK_REPORT), f"paths.cache_dir={shared_cache}"]
-    with contextlib.redirect_stdout(printed), unittest.mock.patch.object(sys, "argv", argv), \
-            unittest.mock.patch.object(readme_table, "subprocess", SimpleNamespace(run=forked)):
-        readme_table.main()
+    run = run_main(readme_table, argv, tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
     begin, end = readme_table.BEGIN, readme_table.END
     before, after = (REPO / "README.md").read_text(), readme.read_text()
     block = after[after.index(begin):after.index(end) + len(end)]
     assert after.replace(block, "") == before.replace(before[before.index(begin):before.index(end) + len(end)], "")
     identity = block.split("numerics identity `")[1].split("`")[0]
-    assert printed.getvalue() == f"{readme}: demo table regenerated on {identity}\n"
+    assert run.stdout == f"{readme}: demo table regenerated on {identity}\n"
     table = block.split("```")[1].strip().splitlines()
     assert table[0].split()[:2] == ["target", "3"]
     assert [line.split()[0] for line in table[2:]] == ["(original)", "(retrained)", "finetune", "ssd"]

@@ -9,13 +9,11 @@ process, and the sweeps of two of them in processes forked from the test's fork 
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-from helpers import QUICK_REPORT, REPO, TINY, run_forked, script, with_defaults
+from helpers import QUICK_REPORT, REPO, TINY, run_main, script, with_defaults
 
 # target: the commands of its recipe, with the options its test adds to them (test files named above)
 SCRIPT_TARGETS = {"study": ["scripts/seed_study.py --docs"], "text-study": ["scripts/text_seed_study.py --docs"],
@@ -54,21 +52,11 @@ def test_each_target_runs_the_script_its_test_runs():
     assert sorted(Path(command).stem for command in SCRIPT_TARGETS["bench"]) == benchmarks == sorted(BENCHMARKS)
 
 
-def run_benchmark(name: str, args: list[str], folder: Path, monkeypatch, capsys) -> str:
-    """The benchmark's `main` with `args`, in `folder`; what it printed. Its sweeps (`subprocess.run` of the console
-    script) are forked from the fork server."""
-    module = script(REPO / "benchmarks" / f"{name}.py")
-
-    def forked(command: list[str], check: bool, capture_output: bool, cwd: Path) -> subprocess.CompletedProcess:
-        done = run_forked(command, cwd, timeout=300)
-        assert done.returncode == 0 or not check, done.stderr[-3000:]
-        return done
-
-    monkeypatch.setattr(module, "subprocess", SimpleNamespace(run=forked), raising=False)
-    monkeypatch.setattr(sys, "argv", [f"{name}.py", *args])
-    monkeypatch.chdir(folder)
-    module.main()
-    return capsys.readouterr().out
+def run_benchmark(name: str, args: list[str], folder: Path) -> str:
+    """The benchmark's `main` with `args`, in `folder`, its sweeps forked from the fork server; what it printed."""
+    run = run_main(script(REPO / "benchmarks" / f"{name}.py"), [f"{name}.py", *args], folder, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout
 
 
 def numbers(line: str) -> list[float]:
@@ -76,11 +64,11 @@ def numbers(line: str) -> list[float]:
 
 
 @pytest.mark.processes
-def test_bench_demo_times_every_stage_and_method(tmp_path, monkeypatch, capsys, shared_cache):
+def test_bench_demo_times_every_stage_and_method(tmp_path, shared_cache):
     """With the suite's models (a later `paths.cache_dir` wins over the script's empty cache): the test reads the
     table, not the training times."""
     args = [*BENCHMARKS["bench_demo"], f"paths.cache_dir={shared_cache}"]
-    printed = run_benchmark("bench_demo", args, tmp_path, monkeypatch, capsys).splitlines()
+    printed = run_benchmark("bench_demo", args, tmp_path).splitlines()
     assert printed[0].startswith("unlearnbench demo: digits, resnet18, full_class, methods=[ssd] model.width=8")
     stages = [re.fullmatch(r"(.{32}) (.{8})  (.*)", line).groups() for line in printed[3:printed.index("")]]
     names = [name.strip() for name, _, _ in stages]
@@ -96,8 +84,8 @@ def test_bench_demo_times_every_stage_and_method(tmp_path, monkeypatch, capsys, 
     assert speedup.endswith("×")
 
 
-def test_bench_foltr_times_one_small_run_and_reports_ndcg(tmp_path, monkeypatch, capsys):
-    printed = run_benchmark("bench_foltr", BENCHMARKS["bench_foltr"], tmp_path, monkeypatch, capsys).splitlines()
+def test_bench_foltr_times_one_small_run_and_reports_ndcg(tmp_path):
+    printed = run_benchmark("bench_foltr", BENCHMARKS["bench_foltr"], tmp_path).splitlines()
     assert printed[0] == "FOLTR on synthetic LETOR (60 train / 20 test queries, navigational clicks)"
     assert [line[:48].strip() for line in printed[3:9]] == [
         "write synthetic LETOR files (once)", "read them (LETOR parser)", "train: 20 rounds × 10 clients × 5 queries",
@@ -107,17 +95,16 @@ def test_bench_foltr_times_one_small_run_and_reports_ndcg(tmp_path, monkeypatch,
     assert len(printed) == 10 and len(ndcg) == 3 and all(0 <= v <= 1 for v in ndcg)
 
 
-def test_bench_decode_loads_the_fabricated_tree_twice(tmp_path, monkeypatch, capsys):
-    printed = run_benchmark("bench_decode", BENCHMARKS["bench_decode"], tmp_path, monkeypatch, capsys).splitlines()
+def test_bench_decode_loads_the_fabricated_tree_twice(tmp_path):
+    printed = run_benchmark("bench_decode", BENCHMARKS["bench_decode"], tmp_path).splitlines()
     assert printed[0].startswith("decode and cache: 12 JPEGs of 250 × 250 to 32 × 32")
     rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in printed[3:]]
     assert [row[0] for row in rows] == ["first load (decode, write cache)", "second load (cache only)"]
     assert all(float(row[1]) >= 0 and numbers(row[2])[0] > 0 for row in rows)  # a cached load may take 0.00 s
 
 
-def test_bench_throughput_prints_a_ratio_per_stage_and_task(tmp_path, monkeypatch, capsys):
-    lines = run_benchmark("bench_throughput", BENCHMARKS["bench_throughput"], tmp_path, monkeypatch,
-                          capsys).splitlines()
+def test_bench_throughput_prints_a_ratio_per_stage_and_task(tmp_path):
+    lines = run_benchmark("bench_throughput", BENCHMARKS["bench_throughput"], tmp_path).splitlines()
     rows = [line for line in lines if line.startswith(("train ", "eval ", "    32 "))]
     assert [line.split()[:2] for line in rows] == [["train", "8"], ["eval", "8"], ["32", "32-true"]]
     for line in rows:  # ours, raw, ratio = ours / raw, and the flag below the target
@@ -130,10 +117,10 @@ def test_bench_throughput_prints_a_ratio_per_stage_and_task(tmp_path, monkeypatc
 
 
 @pytest.mark.processes
-def test_bench_launcher_compares_the_two_launchers(tmp_path, monkeypatch, capsys, shared_cache):
+def test_bench_launcher_compares_the_two_launchers(tmp_path, shared_cache):
     """With the suite's models, as bench_demo's test."""
     args = [*BENCHMARKS["bench_launcher"], f"paths.cache_dir={shared_cache}"]
-    printed = run_benchmark("bench_launcher", args, tmp_path, monkeypatch, capsys)
+    printed = run_benchmark("bench_launcher", args, tmp_path)
     lines = printed.splitlines()
     assert lines[0].startswith("1 digits jobs of +method=finetune model.width=8") and lines[1].split()[:2] == [
         "launcher", "layout"]

@@ -4,20 +4,16 @@ figure, and the blocks of docs/seed-study.md and docs/comparing.md it rewrites (
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import io
 import re
 import shutil
-import subprocess
-import sys
 import unittest.mock
 from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from helpers import QUICK_REPORT, TINY, results, run_cli, run_forked, script
+from helpers import QUICK_REPORT, TINY, results, run_cli, run_main, script
 
 from unlearnbench.core.errors import UserError
 from unlearnbench.core.job import chosen
@@ -29,20 +25,6 @@ PAGES = ("seed-study.md", "comparing.md")
 
 def study_script():
     return script(REPO / "scripts" / "seed_study.py")
-
-
-def run_main(module, argv: list[str], folder: Path) -> SimpleNamespace:
-    """The script's `main` in this process, in `folder`, with `argv`: its status, what it printed, and why it
-    stopped."""
-    printed, returncode, reason = io.StringIO(), 0, ""
-    with contextlib.chdir(folder), contextlib.redirect_stdout(printed), unittest.mock.patch.object(sys, "argv", argv):
-        try:
-            module.main()
-        except SystemExit as stop:  # the script's own refusal or failure
-            returncode, reason = stop.code if isinstance(stop.code, int) else 1, str(stop.code)
-        except subprocess.CalledProcessError as failed:  # a sweep's
-            returncode, reason = failed.returncode, failed.stderr
-    return SimpleNamespace(returncode=returncode, stdout=printed.getvalue(), stderr=reason)
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +41,6 @@ def study(tmp_path_factory, shared_cache):
         shutil.copyfile(REPO / "docs" / page, root / "docs" / page)
     module = study_script()
 
-    def forked(command: list[str], check: bool) -> subprocess.CompletedProcess:
-        done = run_forked(command, root, timeout=900)
-        if check and done.returncode:
-            raise subprocess.CalledProcessError(done.returncode, command, done.stdout, done.stderr)
-        return done
-
-    module.subprocess = SimpleNamespace(run=forked)
     # QUICK_REPORT: the sweeps' own reports; the study's report draws its figures, with a quick forgetting quality
     # (its 100 permutations are half of the report's time; the study's tables do not show it)
     quick = functools.partial(build.build_report, forget_permutations=10)

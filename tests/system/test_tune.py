@@ -7,23 +7,17 @@ held-out jobs, reported, and its tables written into a copy of docs/tuning.md.""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import re
 import shutil
-import subprocess
-import sys
-import unittest.mock
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from helpers import REPO, TINY, run_cli, run_forked, script
+from helpers import REPO, TINY, run_cli, run_main, script
 from scipy import stats
 
 pytestmark = pytest.mark.processes
@@ -162,26 +156,11 @@ def study(tmp_path_factory, shared_cache):
     shutil.copyfile(REPO / "docs" / "tuning.md", docs / "tuning.md")
     module = script(REPO / "scripts" / "tune_study.py")
 
-    def forked(command: list[str], check: bool) -> subprocess.CompletedProcess:
-        done = run_forked(command, root, timeout=900)
-        if check and done.returncode:
-            raise subprocess.CalledProcessError(done.returncode, command, done.stdout, done.stderr)
-        return done
-
-    module.subprocess = SimpleNamespace(run=forked)
     argv = ["tune_study.py", "--out", str(root / "study"), "--trials", "2", "--replicates", "2", "--sizes", "1",
             "--heldout", "1", "--methods", "gradient_ascent", "--docs", "--docs-dir", str(docs),
             f"paths.cache_dir={shared_cache}", f"paths.data_dir={root / 'data'}", "runtime.threads=1",
             "hydra/launcher=basic", "report.permutations=10"]
-    printed, returncode, reason = io.StringIO(), 0, ""
-    with contextlib.chdir(root), contextlib.redirect_stdout(printed), unittest.mock.patch.object(sys, "argv", argv):
-        try:
-            module.main()
-        except SystemExit as stop:
-            returncode, reason = stop.code if isinstance(stop.code, int) else 1, str(stop.code)
-        except subprocess.CalledProcessError as failed:
-            returncode, reason = failed.returncode, failed.stderr
-    return root, SimpleNamespace(returncode=returncode, stdout=printed.getvalue(), stderr=reason), module
+    return root, run_main(module, argv, root), module
 
 
 def test_replicates_on_their_own_seed_sets_share_the_defaults_held_out_jobs(study):
