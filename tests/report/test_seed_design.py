@@ -242,3 +242,17 @@ def test_report_compare_must_name_two_ranked_methods():
         with pytest.raises(UserError, match=r"^the 'report.compare' option must name two or more of the ranked "
                                             rf"methods \(a, b\); got {', '.join(named)} instead$"):
             check_compare(named, values, LEGACY.gold_standards)
+
+
+def test_the_power_section_is_one_line_where_no_pair_has_two_training_seeds():
+    from unlearnbench.report.render.markdown import power_section
+
+    one_seed = powers_of({"a": np.full((1, 3), 0.1), "b": np.full((1, 3), 0.3)})
+    assert list(one_seed["I"]) == [1] and one_seed["plan_I"].isna().all()
+    assert power_section(one_seed, LEGACY) == [
+        "How many seeds to tell two methods apart: not identifiable from this grid: I = 1 (a paired test over training "
+        "seeds needs two; `seed_power.csv`)."]
+    rng = np.random.default_rng(2)
+    table = power_section(powers_of({"a": rng.normal(0.1, 0.02, (4, 2)), "b": rng.normal(0.3, 0.02, (4, 2))}), LEGACY)
+    assert table[0].startswith("| pair | metric | I × J |")
+    assert table[2].startswith("| a − b | Δacc D'_f | 4 × 2 | -0.199 [")

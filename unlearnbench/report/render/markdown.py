@@ -297,14 +297,19 @@ def plan_section(plans: pd.DataFrame, columns: list[tuple[str, str, str]], grid:
 
 
 def power_section(powers: pd.DataFrame, catalogue: Catalogue) -> list[str]:
-    """Per compared pair and leaderboard metric: the difference, its test, the power now and the planned design."""
+    """Per compared pair and leaderboard metric: the difference, its test, the power now and the planned design; one
+    line where no pair has the two training seeds a test needs."""
+    if powers.empty:
+        return []
+    tested = powers[powers["I"] >= 2]
+    if tested.empty:
+        return [f"How many seeds to tell two methods apart: not identifiable from this grid: I = "
+                f"{int(powers['I'].max())} (a paired test over training seeds needs two; `seed_power.csv`)."]
     rows = [[f"{r.method_a} − {r.method_b}", catalogue.label(r.metric, r.split), design(r.I, round(r.J)),
              interval(r.mean_difference, r.low, r.high), fmt(r.p), fmt(r.min_difference),
              "–" if pd.isna(r.power_now) else f"{r.power_now:.2f}", design(r.plan_I, r.plan_J),
              "–" if pd.isna(r.plan_power) else f"{r.plan_power:.2f}", fmt(r.plan_cost_s), r.note or ""]
-            for r in powers.itertuples()]
-    if not rows:
-        return []
+            for r in tested.itertuples()]
     return md_table(["pair", "metric", "I × J", "d_a − d_b [95% CI]", "p", "δ", "power now", "I × J for 0.8",
                      "power", "cost s", "note"], rows)
 
