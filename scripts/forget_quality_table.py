@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from unlearnbench.core.files import missing_blocks
+
 REPO = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- forget-quality -->", "<!-- /forget-quality -->"
 HEADER = ["method", "F, A(i): mean ± std [min, max]", "F, B", "null median, B", "score A / B", "LiRA AUC A / B",
@@ -64,17 +66,6 @@ def docs_block(text: str, numerics: str, sizes: str, minutes: float | None) -> s
     return f"{BEGIN}\n{lead}\n\n{text}\n{END}"
 
 
-def check_page(docs: Path) -> None:
-    """Refuse a docs folder whose page lacks its block before the sweep (an hour), not after it."""
-    from unlearnbench.core.files import replace_block
-
-    try:
-        replace_block((docs / "forget-quality.md").read_text(), BEGIN, END, "")
-    except (OSError, ValueError) as error:
-        raise SystemExit(f"the '--docs-dir' folder must hold forget-quality.md with one {BEGIN} … {END} block; got "
-                         f"{docs} ({error})") from None
-
-
 def sizes_of(quality: pd.DataFrame) -> str:
     """The pools' sizes, for the docs' lead: how many pools A(i) and their N, and B's N (medians over methods)."""
     count_a = quality[quality["design"] == "A"]["seed_train"].nunique()
@@ -93,8 +84,8 @@ def main() -> None:
     parser.add_argument("--docs-dir", type=Path, default=REPO / "docs",
                         help="the pages --docs updates (default: the repository's docs/)")
     args, overrides = parser.parse_known_args()
-    if args.docs:
-        check_page(args.docs_dir)
+    if args.docs and (problem := missing_blocks(args.docs_dir, {"forget-quality.md": (BEGIN, END)})):
+        raise SystemExit(problem)
     minutes = args.minutes
     if not args.reuse:
         if args.out.exists():

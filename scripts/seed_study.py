@@ -22,6 +22,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from unlearnbench.core.files import missing_blocks
 from unlearnbench.report.compute import stats
 
 REPO = Path(__file__).resolve().parent.parent
@@ -83,18 +84,6 @@ def docs_block(text: str, numerics: str, sizes: tuple[int, int]) -> str:
     return f"{BEGIN}\n{lead}\n\n{text}\n{END}"
 
 
-def check_pages(docs: Path) -> None:
-    """Refuse a docs folder whose pages lack their blocks before the sweeps (minutes), not after them."""
-    from unlearnbench.core.files import replace_block
-
-    for name, begin, end in (("seed-study.md", BEGIN, END), ("comparing.md", BOARD_BEGIN, BOARD_END)):
-        try:
-            replace_block((docs / name).read_text(), begin, end, "")
-        except (OSError, ValueError) as error:
-            raise SystemExit(f"the '--docs-dir' folder must hold {name} with one {begin} … {end} block; got "
-                             f"{docs} ({error})") from None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "seed_study", help="folder of the sweeps and the report")
@@ -107,8 +96,9 @@ def main() -> None:
     args, overrides = parser.parse_known_args()
     if args.train_seeds < 3 or args.unlearn_seeds < 2:
         parser.error("the designs need --train-seeds ≥ 3 (B without seed 0 holds two) and --unlearn-seeds ≥ 2")
-    if args.docs:
-        check_pages(args.docs_dir)
+    pages = {"seed-study.md": (BEGIN, END), "comparing.md": (BOARD_BEGIN, BOARD_END)}
+    if args.docs and (problem := missing_blocks(args.docs_dir, pages)):
+        raise SystemExit(problem)
     methods = [m for m in args.methods.split(",") if m]
     if args.out.exists():
         shutil.rmtree(args.out)  # a fresh study: earlier jobs of another design must not mix in

@@ -21,6 +21,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from unlearnbench.core.files import missing_blocks
+
 REPO = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- text-study -->", "<!-- /text-study -->"
 METRICS = [("FQ", "forget_quality", "forget"), ("FQ, first M_r", "forget_quality_first", "forget"),
@@ -71,17 +73,6 @@ def rank_line(study) -> str:
             f"mean {row['tau_mean']:.2f}).")
 
 
-def check_page(docs: Path) -> None:
-    """Refuse a docs folder whose page lacks its block before the sweep (minutes), not after it."""
-    from unlearnbench.core.files import replace_block
-
-    try:
-        replace_block((docs / "text.md").read_text(), BEGIN, END, "")
-    except (OSError, ValueError) as error:
-        raise SystemExit(f"the '--docs-dir' folder must hold text.md with one {BEGIN} … {END} block; got {docs} "
-                         f"({error})") from None
-
-
 def docs_block(text: str, numerics: str, sizes: tuple[int, int]) -> str:
     lead = textwrap.fill(
         f"Per method, the training seed's and the unlearning seed's variance components (σ_T² / σ_U²) over "
@@ -102,8 +93,8 @@ def main() -> None:
     args, overrides = parser.parse_known_args()
     if args.train_seeds < 3 or args.unlearn_seeds < 2:
         parser.error("the study needs --train-seeds ≥ 3 and --unlearn-seeds ≥ 2")
-    if args.docs:
-        check_page(args.docs_dir)
+    if args.docs and (problem := missing_blocks(args.docs_dir, {"text.md": (BEGIN, END)})):
+        raise SystemExit(problem)
     if args.out.exists():
         shutil.rmtree(args.out)
     command = [str(Path(sys.executable).parent / "unlearnbench"), "experiment=tofu_seeds",

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from unlearnbench.core.files import missing_blocks
+
 REPO = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- tune-study -->", "<!-- /tune-study -->"
 METHODS = ["gradient_ascent", "ssd"]
@@ -141,17 +143,6 @@ def write_docs(docs: Path, text: str) -> None:
     print(f"{page} updated")
 
 
-def check_page(docs: Path) -> None:
-    """Refuse a docs folder whose tuning.md lacks its block before the sweeps (many minutes), not after them."""
-    from unlearnbench.core.files import replace_block
-
-    try:
-        replace_block((docs / "tuning.md").read_text(), BEGIN, END, "")
-    except (OSError, ValueError) as error:
-        raise SystemExit(f"the '--docs-dir' folder must hold tuning.md with one {BEGIN} … {END} block; got {docs} "
-                         f"({error})") from None
-
-
 def arguments() -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "tune_study", help="folder of the sweeps")
@@ -172,8 +163,8 @@ def arguments() -> tuple[argparse.Namespace, list[str]]:
 
 def main() -> None:
     args, overrides = arguments()
-    if args.docs:
-        check_page(args.docs_dir)
+    if args.docs and (problem := missing_blocks(args.docs_dir, {"tuning.md": (BEGIN, END)})):
+        raise SystemExit(problem)
     if args.fresh:
         shutil.rmtree(args.out, ignore_errors=True)
     methods = [method for method in args.methods.split(",") if method]

@@ -136,7 +136,7 @@ def test_bench_launcher_compares_the_two_launchers(tmp_path, shared_cache):
 
 
 @pytest.mark.parametrize("name, page", [("seed_study", "seed-study.md"), ("text_seed_study", "text.md"),
-                                        ("forget_quality_table", "forget-quality.md")])
+                                        ("forget_quality_table", "forget-quality.md"), ("tune_study", "tuning.md")])
 def test_a_docs_folder_without_the_page_is_refused_before_anything_runs(name, page, tmp_path, monkeypatch):
     module = script(REPO / "scripts" / f"{name}.py")
     monkeypatch.setattr(module, "subprocess", None)  # a sweep would raise an AttributeError, not a SystemExit
