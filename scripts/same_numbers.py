@@ -28,6 +28,8 @@ PRESETS = {  # name → the overrides of `unlearnbench` (the image demo, the tex
     "image demo": [],
     "experiment=tofu": ["experiment=tofu"],
     "experiment=foltr": ["experiment=foltr", "+method=fedremove,fed_finetune"],
+    "experiment=muse": ["experiment=muse"],
+    "experiment=wmdp": ["experiment=wmdp"],
 }
 COSTS = {"time_s", "memory_gib", "utilisation_pct"}
 KEY = ("target", "method", "role", "metric", "split", "round")

@@ -135,12 +135,17 @@ class Relearn:
 
 @dataclass
 class Sampling:
-    """Leak@k (arXiv 2511.04934; docs/text.md): `k` sampled generations per forget prompt of the text task, every
-    draw from the evaluation seed, at `temperature` with nucleus `top_p`; 0: off (greedy generations alone)."""
+    """Leak@k (arXiv 2511.04934; docs/text.md): `n` sampled generations per forget prompt of the text task (n >= k;
+    null: k), every draw from the evaluation seed, at `temperature` with nucleus `top_p`, each labelled leaked where
+    its ROUGE-L recall reaches `threshold` (and, with `nli` a local NLI model's folder, where that model finds the
+    answer entailed); Leak@k estimates the chance that one of k draws leaks. `k` 0: off (greedy generations alone)."""
 
     k: int = ranged(0, AT_LEAST_0)
+    n: int | None = ranged(None, AT_LEAST_1, optional=True)
     temperature: float = ranged(1.0, POSITIVE)
     top_p: float = ranged(1.0, Range(low=0, high=1, low_open=True))
+    threshold: float = ranged(0.1, Range(low=0, high=1))
+    nli: str | None = None
 
 
 @dataclass
@@ -156,6 +161,9 @@ class Evaluation:
     # benchmark has it and the strategy keeps each model whole; true insists (refused where it cannot run); false off
     gradnorm: bool | None = None
     reference_numerics: bool = False  # the text task's metrics with OpenUnlearning's exact numerics (its 1e-10 terms)
+    # multiple-choice scoring (WMDP, MMLU) puts the tokenizer's BOS before each context where true; false is
+    # lm-evaluation-harness 0.4.8's HF model (add_bos_token=False), the version OpenUnlearning pins
+    add_bos_token: bool = False
     # Metrics added to the task's own (`+metric=NAME`, conf/metric/): slot → a component of the job's task
     # (docs/extending.md, "A metric"); each declares its name, label and ideal beside its function.
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -311,7 +319,7 @@ NAMED_GROUPS = ("dataset", "model", "scenario", "method", "strategy", "precision
 def validate(cfg: DictConfig) -> None:
     """Raise one `UserError` that lists every option outside its range and every unsafe component name, so that a
     sweep fails before any work (the Hydra callback calls this on the sweep's config, every job on its own)."""
-    problems = range_problems(cfg, Config, "") + relearn_problems(cfg)
+    problems = range_problems(cfg, Config, "") + relearn_problems(cfg) + sampling_problems(cfg)
     for group in NAMED_GROUPS:
         name = OmegaConf.select(cfg, f"{group}.name", default=None)
         if name is not None and not SAFE_NAME.fullmatch(str(name)):
@@ -357,6 +365,15 @@ def relearn_problems(cfg: DictConfig) -> list[str]:
     admitted = all(isinstance(v, int) and not isinstance(v, bool) for v in (k, cap))
     if admitted and k > cap:
         return [f"evaluation.relearn.k={k} is not valid; valid: <= evaluation.relearn.max_steps={cap}"]
+    return []
+
+
+def sampling_problems(cfg: DictConfig) -> list[str]:
+    """The one check across sampling options: Leak@k picks k of the n draws of a prompt, so n >= k."""
+    k, n = (OmegaConf.select(cfg, f"evaluation.sampling.{name}", default=None) for name in ("k", "n"))
+    admitted = all(isinstance(v, int) and not isinstance(v, bool) for v in (k, n))
+    if admitted and n < k:
+        return [f"evaluation.sampling.n={n} is not valid; valid: >= evaluation.sampling.k={k} (or null: k)"]
     return []
 
 
