@@ -187,3 +187,24 @@ def test_a_target_in_a_package_python_cannot_find_says_how_to_make_it_importable
     missing = r"cannot import _target_ unlearnbench\.tasks\.image\.methods\.finetune\.Missing "
     with pytest.raises(UserError, match=missing):
         build({"_target_": "unlearnbench.tasks.image.methods.finetune.Missing", "name": "missing"}, "method")
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["evaluation.sampling.k=4", "evaluation.sampling.n=3"],
+     "evaluation.sampling.n=3 is not valid; valid: >= evaluation.sampling.k=4 (or null: k)"),
+    (["evaluation.sampling.n=0"], "evaluation.sampling.n=0 is not valid; valid: >= 1"),
+    (["evaluation.sampling.threshold=1.5"], "evaluation.sampling.threshold=1.5 is not valid; valid: "),
+])
+def test_leak_sampling_options_are_refused_in_one_line(overrides, message):
+    from unlearnbench.core.config import validate
+
+    with pytest.raises(UserError) as error:
+        validate(compose_config(overrides))
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_as_many_draws_as_leak_at_k_picks_and_more_pass():
+    from unlearnbench.core.config import validate
+
+    for n in ("null", "4", "200"):
+        validate(compose_config(["evaluation.sampling.k=4", f"evaluation.sampling.n={n}"]))
