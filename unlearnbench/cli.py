@@ -143,7 +143,8 @@ def report_main() -> None:
     parser.add_argument("folders", nargs="*", type=Path, help="sweep folders holding job folders with result.json")
     parser.add_argument("--out", type=Path, default=None,
                         help="report folder (default: FIRST_DIR/report); with --openunlearning, the folder that "
-                             "receives one job folder per manifest row, and the report in OUT/report")
+                             "receives one job folder per manifest row, and the report in OUT/report (new, empty, or "
+                             "a former import, which is replaced whole)")
     parser.add_argument("--openunlearning", type=Path, default=None, metavar="MANIFEST.csv",
                         help="import OpenUnlearning evaluations listed in MANIFEST.csv (path, role, method, "
                              "seed_train, seed_unlearn[, seed_eval, model]; docs/openunlearning.md), then report")
@@ -208,10 +209,13 @@ def report_main() -> None:
 
 
 def import_openunlearning(parser, manifest: Path, folders: list[Path], out: Path | None) -> Path:
-    """`--openunlearning`: write the manifest's runs as job folders under `out` (one line per run that failed or
-    lacks a metric, on stderr), and return `out` for the report."""
+    """`--openunlearning`: write the manifest's runs as job folders into `out` (replacing a former import whole; one
+    line per run that lacks a metric, on stderr; the failed runs are listed by the report), and return `out` for the
+    report. Exits 2 on a manifest or an `--out` it refuses, 1 where no row could be imported or a file could not be
+    written: nothing is written then."""
     from unlearnbench.core.errors import UserError
-    from unlearnbench.tasks.text.openunlearning import import_runs
+    from unlearnbench.core.files import WriteError
+    from unlearnbench.tasks.text.openunlearning import NothingImported, import_runs
 
     if folders:
         parser.exit(2, "unlearnbench-report: --openunlearning reads its runs from the manifest; give no sweep "
@@ -221,9 +225,17 @@ def import_openunlearning(parser, manifest: Path, folders: list[Path], out: Path
                        "their report\n")
     try:
         imported = import_runs(manifest, out)
+    except NothingImported as error:
+        for line in error.lines:
+            print(f"unlearnbench-report: {line}", file=sys.stderr)
+        parser.exit(1, f"unlearnbench-report: {error}\n")
     except UserError as error:
-        parser.exit(2, f"unlearnbench-report: {error}\n")
+        parser.exit(2, f"unlearnbench-report: {str(error).replace('the output folder', '--out')}\n")
+    except WriteError as error:
+        parser.exit(1, f"unlearnbench-report: {error}\n")
     for line in imported.lines:
         print(f"unlearnbench-report: {line}", file=sys.stderr)
-    print(f"imported {len(imported.folders)} OpenUnlearning runs into {out}")
+    total = len(imported.folders)
+    print(f"imported {total - imported.failed} of {total} OpenUnlearning runs into {out}"
+          + (f" ({imported.failed} failed: listed below and in the report)" if imported.failed else ""))
     return out

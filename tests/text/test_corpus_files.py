@@ -21,6 +21,7 @@ from unlearnbench.core.components import build
 from unlearnbench.core.errors import UserError
 from unlearnbench.core.job import JobPlan, execute
 from unlearnbench.core.plan import plan_job
+from unlearnbench.core.result import document
 from unlearnbench.tasks.text.muse_data import MuseFiles, muse_fictitious
 from unlearnbench.tasks.text.wmdp_data import Wmdp, wmdp_fictitious
 
@@ -78,16 +79,99 @@ def test_the_hub_cache_snapshot_is_read_offline(tmp_path, monkeypatch):
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("ab" * 20)
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
-    data = MuseFiles("muse_news", "muse-bench/MUSE-News", str(tmp_path / "nothing_here")).load()
+    data = MuseFiles("muse_news", "muse-bench/MUSE-News", local=str(tmp_path / "nothing_here")).load()
     assert data.forget == ARTICLES[:3]
 
 
 def test_a_missing_muse_file_is_one_line_naming_it_and_where_the_files_go(tmp_path):
     root = muse_folder(tmp_path / "muse", drop=("knowmem/forget_qa_icl", "privleak/holdout"))
-    with pytest.raises(UserError, match=r"^dataset muse_news: .*muse \(dataset\.root\) and the Hugging Face cache "
-                                        r"\(.*\) lack knowmem/forget_qa_icl-\*\.parquet, privleak/holdout-\*\.parquet; "
-                                        r"put muse-bench/MUSE-News's files there \(hf download muse-bench/MUSE-News "
-                                        r"--repo-type dataset --local-dir DIR, then dataset\.root=DIR\)$"):
+    with pytest.raises(UserError, match=rf"^dataset muse_news: {re.escape(str(root))} \(dataset\.root\) lacks "
+                                        r"knowmem/forget_qa_icl-\*\.parquet, privleak/holdout-\*\.parquet; put "
+                                        r"muse-bench/MUSE-News's files there \(hf download muse-bench/MUSE-News "
+                                        r"--repo-type dataset --local-dir DIR, then dataset\.root=DIR\); a "
+                                        r"folder that exists is read whole, never completed from the Hugging "
+                                        r"Face cache$"):
+        MuseFiles("muse_news", "muse-bench/MUSE-News", str(root)).load()
+    with pytest.raises(UserError, match=r"^dataset muse_news: no complete copy of muse-bench/MUSE-News in the "
+                                        r"Hugging Face cache \(.*\): it lacks raw/forget-\*\.parquet, .*; put "
+                                        r"muse-bench/MUSE-News's files there"):
+        MuseFiles("muse_news", "muse-bench/MUSE-News", local=str(tmp_path / "absent")).load()
+    with pytest.raises(UserError, match=r"^dataset muse_news: dataset\.root .*absent is no folder; a given "
+                                        r"dataset\.root is read whole, never replaced by the Hugging Face cache"):
+        MuseFiles("muse_news", "muse-bench/MUSE-News", str(tmp_path / "absent")).load()
+
+
+def hub_snapshot(hub: Path) -> Path:
+    """HUB/datasets--muse-bench--MUSE-News with one snapshot of every file, named by refs/main."""
+    repo = hub / "datasets--muse-bench--MUSE-News"
+    muse_folder(repo / "snapshots" / ("cd" * 20))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("cd" * 20)
+    return hub
+
+
+def test_a_muse_root_missing_one_file_is_refused_though_the_hub_cache_holds_every_file(tmp_path, monkeypatch):
+    """A given dataset.root is read whole or refused: never completed from, nor replaced by, a hub snapshot."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub_snapshot(tmp_path / "hub")))
+    root = muse_folder(tmp_path / "muse", drop=("privleak/holdout",))
+    with pytest.raises(UserError, match=rf"^dataset muse_news: {re.escape(str(root))} \(dataset\.root\) lacks "
+                                        r"privleak/holdout-\*\.parquet; put .* never completed from the Hugging Face "
+                                        r"cache$"):
+        MuseFiles("muse_news", "muse-bench/MUSE-News", str(root)).load()
+    with pytest.raises(UserError, match=r"^dataset muse_news: dataset\.root .*elsewhere is no folder; a given "
+                                        r"dataset\.root is read whole, never replaced by the Hugging Face cache"):
+        MuseFiles("muse_news", "muse-bench/MUSE-News", str(tmp_path / "elsewhere")).load()  # a mistyped root
+
+
+def test_the_files_each_part_was_read_from_are_recorded(tmp_path, monkeypatch):
+    root = muse_folder(tmp_path / "muse", old_names=True)
+    files = MuseFiles("muse_news", "muse-bench/MUSE-News", str(root)).load().files
+    assert files == {f"{config}/{split}": str(root / config / f"{found}-00000-of-00001.parquet")
+                     for config, split, found in (
+                         ("raw", "forget", "forget"), ("raw", "retain1", "retain1"), ("raw", "retain2", "retain2"),
+                         ("verbmem", "forget", "forget"), ("knowmem", "forget_qa", "forget_qa"),
+                         ("knowmem", "forget_qa_icl", "forget_qa_icl"), ("knowmem", "retain_qa", "retain2_qa"),
+                         ("knowmem", "retain_qa_icl", "retain2_qa_icl"), ("privleak", "forget", "forget"),
+                         ("privleak", "holdout", "holdout"), ("privleak", "retain", "retain2"))}
+    snapshot = hub_snapshot(tmp_path / "hub") / "datasets--muse-bench--MUSE-News" / "snapshots" / ("cd" * 20)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    cached = MuseFiles("muse_news", "muse-bench/MUSE-News", local=str(tmp_path / "absent")).load().files
+    assert cached["raw/forget"] == str(snapshot / "raw" / "forget-00000-of-00001.parquet")
+    built_in = muse_fictitious(articles=4, icl=2)
+    assert set(built_in.files) == set(files) and set(built_in.files.values()) == {"built-in"}
+    assert muse_fictitious(articles=4, icl=2).fingerprint() == built_in.fingerprint()
+
+
+def empty_parquet(path: Path, fields: tuple[str, ...]) -> None:
+    """A parquet file with the split's columns and no row."""
+    pq.write_table(pa.table({name: pa.array([], pa.string()) for name in fields}), path)
+
+
+@pytest.mark.parametrize(("part", "fields"), [("privleak/holdout", ("text",)), ("knowmem/forget_qa",
+                                                                               ("question", "answer")),
+                                              ("raw/retain2", ("text",))])
+def test_an_empty_muse_file_is_refused_when_it_is_read(tmp_path, part, fields):
+    """Before: an empty privleak/holdout failed with KeyError 'holdout' after M_o and M_r trained; an empty
+    knowmem/forget_qa gave KnowMem NaN and exit 0."""
+    root = muse_folder(tmp_path / "muse")
+    empty_parquet(root / f"{part}-00000-of-00001.parquet", fields)
+    with pytest.raises(UserError, match=rf"^dataset muse_news: {re.escape(str(root))}/{part}-00000-of-00001\.parquet: "
+                                        r"holds no rows; replace it with the published file$"):
+        MuseFiles("muse_news", "muse-bench/MUSE-News", str(root)).load()
+
+
+def not_utf8_parquet(path: Path, texts: list[bytes]) -> None:
+    """A parquet file whose `text` column holds the bytes as written, UTF-8 or not (as a damaged file does)."""
+    column = pa.Array.from_buffers(pa.string(), len(texts), pa.array(texts, pa.binary()).buffers())
+    pq.write_table(pa.table({"text": column}), path)
+
+
+def test_a_muse_string_that_is_not_utf8_is_named_by_its_file_row_and_column(tmp_path):
+    root = muse_folder(tmp_path / "muse")
+    not_utf8_parquet(root / "raw" / "forget-00000-of-00001.parquet", [b"fine", b"caf\xe9 au lait", b"fine"])
+    with pytest.raises(UserError, match=rf"^dataset muse_news: {re.escape(str(root))}/raw/forget-00000-of-00001"
+                                        r"\.parquet: row 1 is not UTF-8 \(its 'text'\); replace the file with the "
+                                        r"published one$"):
         MuseFiles("muse_news", "muse-bench/MUSE-News", str(root)).load()
 
 
@@ -142,6 +226,53 @@ def test_mmlu_format_files_give_the_general_questions_with_their_subjects(tmp_pa
         Wmdp("wmdp", str(root), "cyber", str(root / "wmdp-corpora"), general=str(tmp_path / "empty")).load()
 
 
+def test_a_wmdp_corpus_line_that_is_not_utf8_is_named_by_its_file_and_line(tmp_path):
+    """Before: Python's UnicodeDecodeError, with no file or line."""
+    root = wmdp_folder(tmp_path / "wmdp")
+    corpus = root / "wmdp-corpora" / "cyber-forget-corpus.jsonl"
+    corpus.write_bytes(b"first text\nsecond text\nthe caf\xe9 text\n")
+    with pytest.raises(UserError, match=rf"^dataset wmdp: {re.escape(str(corpus))}: line 3 is not UTF-8 \(byte 0xe9 "
+                                        r"at column 8\); save the file as UTF-8, or replace it with the published "
+                                        r"file$"):
+        Wmdp("wmdp", str(root), "cyber", str(root / "wmdp-corpora")).load()
+
+
+@pytest.mark.parametrize("empty", ["forget corpus", "retain corpus", "questions", "mmlu"])
+def test_an_empty_wmdp_file_is_refused_when_it_is_read(tmp_path, empty):
+    root = wmdp_folder(tmp_path / "wmdp")
+    mmlu = tmp_path / "mmlu" / "anatomy" / "test-00000-of-00001.parquet"
+    parquet(mmlu, [{"question": "Q?", "subject": "anatomy", "choices": ["a", "b", "c", "d"], "answer": 0}])
+    path = {"forget corpus": root / "wmdp-corpora" / "cyber-forget-corpus.jsonl",
+            "retain corpus": root / "wmdp-corpora" / "cyber-retain-corpus.jsonl",
+            "questions": root / "wmdp-cyber" / "test-00000-of-00001.parquet", "mmlu": mmlu}[empty]
+    if path.suffix == ".jsonl":
+        path.write_text("\n\n")
+        problem = r"holds no text; each line of a WMDP corpus is one text \(use the file of WMDP's wmdp-corpora " \
+                  r"release\)"
+    else:
+        pq.write_table(pa.table({"question": pa.array([], pa.string()), "answer": pa.array([], pa.int64())}), path)
+        problem = r"holds no rows; replace it with the published file"
+    with pytest.raises(UserError, match=rf"^dataset wmdp: {re.escape(str(path))}: {problem}$"):
+        Wmdp("wmdp", str(root), "cyber", str(root / "wmdp-corpora"), general=str(tmp_path / "mmlu")).load()
+
+
+def test_wmdps_files_are_recorded_and_the_built_in_parts_say_so(tmp_path):
+    root = wmdp_folder(tmp_path / "wmdp")
+    data = Wmdp("wmdp", str(root), "cyber", str(root / "wmdp-corpora")).load()
+    corpora = root / "wmdp-corpora"
+    assert data.files == {"questions": str(root / "wmdp-cyber" / "test-00000-of-00001.parquet"),
+                          "forget_corpus": str(corpora / "cyber-forget-corpus.jsonl"),
+                          "retain_corpus": str(corpora / "cyber-retain-corpus.jsonl"), "general": "built-in"}
+    for subject in ("anatomy", "virology"):
+        parquet(tmp_path / "mmlu" / subject / "test-00000-of-00001.parquet",
+                [{"question": "Q?", "subject": subject, "choices": ["a", "b", "c", "d"], "answer": 0}])
+    with_mmlu = Wmdp("wmdp", str(root), "cyber", str(corpora), general=str(tmp_path / "mmlu")).load()
+    assert with_mmlu.files["general"] == [str(tmp_path / "mmlu" / s / "test-00000-of-00001.parquet")
+                                          for s in ("anatomy", "virology")]
+    assert wmdp_fictitious(questions=2, general=2).files == dict.fromkeys(
+        ("questions", "forget_corpus", "retain_corpus", "general"), "built-in")
+
+
 def test_the_built_in_sets_are_the_same_for_a_seed_and_differ_between_seeds():
     assert muse_fictitious(seed=4) == muse_fictitious(seed=4) != muse_fictitious(seed=5)
     assert wmdp_fictitious(seed=4) == wmdp_fictitious(seed=4) != wmdp_fictitious(seed=5)
@@ -175,6 +306,18 @@ def test_a_job_runs_on_muse_news_files(tmp_path):
                ("privleak", "forget"), ("mia_min_k_auc", "forget"), ("extraction_strength", "forget")}
     assert {(m, s) for role, m, s in recorded if role == "unlearned"} >= metrics
     assert outcome.dataset["name"] == "muse_news" and outcome.dataset["forget"] == 3
+    files = json.loads(json.dumps(document({}, outcome, None)))["dataset"]["files"]  # as result.json holds them
+    assert files["raw/forget"] == str(root / "raw" / "forget-00000-of-00001.parquet") and len(files) == 11
+
+
+def test_an_empty_muse_holdout_fails_the_job_before_any_model_trains(tmp_path):
+    """Before: KeyError 'holdout' once M_o and M_r had trained."""
+    root = muse_folder(tmp_path / "muse")
+    empty_parquet(root / "privleak" / "holdout-00000-of-00001.parquet", ("text",))
+    outcome = run(["experiment=muse", "dataset=muse_news", f"dataset.root={root}", "+method=npo"], tmp_path)
+    assert outcome.error == (f"dataset muse_news: {root}/privleak/holdout-00000-of-00001.parquet: holds no rows; "
+                             f"replace it with the published file") and outcome.trace is None
+    assert not list(tmp_path.glob("cache/*"))  # no model was begun
 
 
 def test_a_job_runs_on_wmdp_files(tmp_path):
@@ -186,6 +329,7 @@ def test_a_job_runs_on_wmdp_files(tmp_path):
                              for split in ("forget", "general")}
     assert all(value * len(QUESTIONS) == round(value * len(QUESTIONS)) for (_, split), value in accuracy.items()
                if split == "forget")
+    assert outcome.dataset["files"]["questions"] == str(root / "wmdp-cyber" / "test-00000-of-00001.parquet")
 
 
 def test_the_configs_compose_and_build_their_readers(tmp_path):
@@ -194,7 +338,7 @@ def test_the_configs_compose_and_build_their_readers(tmp_path):
                                          resolve=True)
         assert isinstance(build(dataset, "dataset"), kind)
     books = compose_config(["dataset=muse_books", "paths.data_dir=/data"]).dataset
-    assert books.repo == "muse-bench/MUSE-Books" and books.root == "/data/muse_books"
+    assert books.repo == "muse-bench/MUSE-Books" and books.root is None and books.local == "/data/muse_books"
 
 
 def test_a_muse_dataset_outside_its_scenario_is_refused_in_one_line(tmp_path):
@@ -230,3 +374,13 @@ def test_an_evaluation_option_is_refused_where_no_bench_honours_it(tmp_path, ove
         plan_job(with_paths([*overrides, setting], tmp_path), tmp_path)
     assert plan_job(with_paths(["experiment=muse", "+method=npo", "evaluation.sampling.k=2"], tmp_path),
                     tmp_path).config["evaluation"]["sampling"]["k"] == 2
+
+
+@pytest.mark.parametrize("preset", ["experiment=tofu", "experiment=muse"])
+def test_a_bad_nli_judge_is_refused_before_any_model_trains(tmp_path, preset):
+    outcome = run([preset, "+method=npo", "evaluation.sampling.k=2", f"evaluation.sampling.nli={tmp_path / 'nli'}"],
+                  tmp_path)
+    error = outcome.error
+    assert error.startswith("the 'evaluation.sampling.nli' option") and "(no such folder)" in error
+    assert "\n" not in error
+    assert not outcome.records and not (tmp_path / "cache").exists()

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.slow  # eight whole jobs of the MUSE, WMDP and TOFU pre
 ONE_THREAD = ["runtime.threads=1", "runtime.print_table=false"]
 MUSE, WMDP = ["experiment=muse", "dataset.articles=8", *ONE_THREAD], ["experiment=wmdp", *ONE_THREAD]
 TOFU = ["experiment=tofu", *ONE_THREAD]  # test_text_relearn's and test_text_divergence's models, from the cache
+SAMPLED = ("leak_at_k", "max_rouge_at_k")  # the records of sampled generations
 
 
 def table(outcome) -> dict:
@@ -46,7 +47,7 @@ def test_muses_original_and_retrained_models_are_apart_and_every_method_is_score
                ("privleak", "forget"), ("mia_min_k_auc", "forget"), ("extraction_strength", "forget")}
     for method in ("idk_dpo", "rmu"):
         assert {(m, s) for role, name, m, s in values if name == method} == metrics
-    assert not any(metric == "leak_at_k" for _, _, metric, _ in values)  # off by default
+    assert not any(metric in SAMPLED for _, _, metric, _ in values)  # off by default
 
 
 def test_muses_privleak_texts_are_the_per_example_rows_the_report_scores(muse, tmp_path):
@@ -71,10 +72,12 @@ def test_leak_at_k_follows_the_evaluation_seed_and_leaves_every_other_record_alo
     assert {(role, method) for role, method, _, _ in leaks} == {("original", None), ("retrained", None),
                                                                ("unlearned", "rmu")}
     assert all(0 <= value <= 1 for value in leaks.values())
+    graded = {(role, method, split) for role, method, metric, split in sampled if metric == "max_rouge_at_k"}
+    assert graded == {(role, method, split) for role, method, _, split in leaks}
     assert sampled == again
     plain = {k: v for k, v in muse[None].items() if k[1] != "idk_dpo"}
-    assert {k: v for k, v in sampled.items() if k[2] != "leak_at_k"} == plain
-    assert {k: v for k, v in other.items() if k[2] != "leak_at_k"} == plain
+    assert {k: v for k, v in sampled.items() if k[2] not in SAMPLED} == plain
+    assert {k: v for k, v in other.items() if k[2] not in SAMPLED} == plain
     assert [other[key] for key in leaks] != list(leaks.values())  # other samples, another leak
 
 
@@ -94,7 +97,8 @@ def test_leak_at_k_on_tofus_forget_questions(tmp_path, shared_cache):
                                   f"seeds.eval={seed}"], tmp_path / str(seed), ["grad_ascent"], shared_cache))
             for seed in (0, 1)]
     for values in runs:
-        assert {k: v for k, v in values.items() if k[2] != "leak_at_k"} == plain
+        assert {k: v for k, v in values.items() if k[2] not in SAMPLED} == plain
+        assert sum(k[2] == "max_rouge_at_k" for k in values) == 3
     leaks = [{k: v for k, v in values.items() if k[2] == "leak_at_k"} for values in runs]
     assert len(leaks[0]) == 3 and leaks[0] != leaks[1]
     assert all(0 <= value <= 1 for value in leaks[0].values())

@@ -1,6 +1,8 @@
 """Multiple-choice accuracy as lm-evaluation-harness scores WMDP (text/multiple_choice.py) and WMDP's files
-(text/wmdp_files.py): the prompt against the task's template, the harness's split of a context and continuation, a
-hand-computed example, a re-implementation scoring one question and letter at a time, and the readers' messages."""
+(text/wmdp_files.py): the prompt against the task's template, the harness's split of a context and continuation, its
+BOS, empty context and cut from the left (lm-eval 0.4.8's HFLM), a hand-computed example, a re-implementation scoring
+one question and letter at a time, and the readers' messages. tests/text/test_lm_eval.py checks against lm-eval
+itself."""
 
 from __future__ import annotations
 
@@ -13,14 +15,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from tokenizers import processors
 from torch import nn
 
 from unlearnbench.core.errors import UserError
 from unlearnbench.tasks.text.data import train_tokenizer
 from unlearnbench.tasks.text.model import tiny_llama
 from unlearnbench.tasks.text.multiple_choice import (
+    DEFAULT_MAX_LENGTH,
     LETTERS,
     SUBJECTS,
+    HarnessEncoder,
     context,
     correct,
     letter_items,
@@ -72,8 +77,8 @@ def test_a_hand_computed_example():
     colon = tokenizer.convert_tokens_to_ids(":")
     table = torch.full((len(tokenizer), len(tokenizer)), -1e4)
     table[colon, letters] = torch.tensor([1.0, 3.0, 2.0, 3.0])  # after "Answer:", B and D tie for the largest
-    lls = letter_log_likelihoods(Bigram(table), tokenizer.encode, texts, tokenizer.pad_token_id, torch.device("cpu"),
-                                 batch_size=5)
+    lls = letter_log_likelihoods(Bigram(table), HarnessEncoder(tokenizer.encode), texts, tokenizer.pad_token_id,
+                                 torch.device("cpu"), batch_size=5)
     normaliser = math.log(math.exp(1) + 2 * math.exp(3) + math.exp(2))  # the other tokens: e^-1e4 each, nothing
     assert lls == pytest.approx(np.tile([1 - normaliser, 3 - normaliser, 2 - normaliser, 3 - normaliser], (3, 1)),
                                 abs=1e-5)
@@ -85,8 +90,8 @@ def test_batched_scores_equal_one_question_and_letter_at_a_time_on_a_tiny_llama(
     texts = [context(q["question"], q["choices"], "cybersecurity") for q in QUESTIONS]
     tokenizer = train_tokenizer([*texts, *LETTERS])
     model = tiny_llama(len(tokenizer), 0, hidden=16, heads=2).eval()
-    lls = letter_log_likelihoods(model, tokenizer.encode, texts, tokenizer.pad_token_id, torch.device("cpu"),
-                                 batch_size=3)  # batches cut across questions, padded to different widths
+    lls = letter_log_likelihoods(model, HarnessEncoder(tokenizer.encode), texts, tokenizer.pad_token_id,
+                                 torch.device("cpu"), batch_size=3)  # batches cut across questions, padded widths
     expected = np.zeros((len(texts), len(LETTERS)))
     for row, text in enumerate(texts):  # the harness's loop: encode the pair, one unpadded forward, sum log p
         for column, letter in enumerate(LETTERS):
@@ -96,8 +101,70 @@ def test_batched_scores_equal_one_question_and_letter_at_a_time_on_a_tiny_llama(
             logp = torch.log_softmax(logits, dim=-1)
             expected[row, column] = sum(float(logp[t - 1, whole[t]]) for t in range(len(prefix), len(whole)))
     assert lls == pytest.approx(expected, rel=1e-5, abs=1e-5)
-    items = letter_items(tokenizer.encode, texts[0])
+    items = letter_items(HarnessEncoder(tokenizer.encode), texts[0])
     assert [item["labels"][-1] for item in items] == [tokenizer.convert_tokens_to_ids(x) for x in LETTERS]
+
+
+def bos_first_tokenizer(texts: list[str]):
+    """A tokenizer that puts its BOS first when asked for its special tokens, as Llama's and zephyr's do."""
+    tokenizer = train_tokenizer([*texts, *LETTERS])
+    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", tokenizer.bos_token_id)])
+    return tokenizer
+
+
+def test_the_bos_is_added_only_with_add_bos_token_or_for_gemma_as_hflm_adds_it():
+    tokenizer, text = bos_first_tokenizer(["Answer: A"]), "Answer:"
+    plain = tokenizer.encode(text, add_special_tokens=False)
+    llama, gemma = SimpleNamespace(model_type="llama"), SimpleNamespace(model_type="gemma2")
+    assert HarnessEncoder.of(tokenizer, llama, add_bos_token=False).encode(text) == plain  # 0.4.8's default
+    assert HarnessEncoder.of(tokenizer, llama, add_bos_token=True).encode(text) == [tokenizer.bos_token_id, *plain]
+    assert HarnessEncoder.of(tokenizer, gemma, add_bos_token=False).encode(text) == [tokenizer.bos_token_id, *plain]
+    context_ids, letter_ids = HarnessEncoder.of(tokenizer, llama, add_bos_token=True).pair(text, " A")
+    assert context_ids == [tokenizer.bos_token_id, *plain]
+    assert letter_ids == tokenizer.encode(" A", add_special_tokens=False)
+
+
+def test_an_empty_context_is_the_prefix_token_and_one_that_encodes_to_nothing_is_refused():
+    tokenizer = bos_first_tokenizer(["Answer: A"])
+    bos, a = tokenizer.bos_token_id, tokenizer.encode("A", add_special_tokens=False)
+    plain, with_bos = (HarnessEncoder.of(tokenizer, None, add_bos_token=add) for add in (False, True))
+    assert plain.pair("", "A") == ([bos], a)
+    assert with_bos.pair("", "A") == ([bos], [bos, *a])  # the continuation encoded with its special tokens, as 0.4.8
+    with pytest.raises(ValueError, match="encodes to no token"):
+        plain.pair("  ", "A")  # the whitespace joins the continuation; nothing is left to condition on
+    assert with_bos.pair("  ", "A")[0] == [bos]
+    tokenizer.bos_token = None  # then the EOS stands for an empty context
+    assert HarnessEncoder.of(tokenizer, None, add_bos_token=False).pair("", "A") == ([tokenizer.eos_token_id], a)
+    with pytest.raises(ValueError, match="has neither"):
+        HarnessEncoder(tokenizer.encode).pair("", "A")
+
+
+def test_the_length_a_request_is_cut_to_is_the_models_then_the_tokenizers_then_2048():
+    tokenizer = train_tokenizer(["a"])
+    config = SimpleNamespace(max_position_embeddings=64, n_positions=32)
+    assert HarnessEncoder.of(tokenizer, config, False).max_length == 32  # n_positions first, as HFLM looks
+    assert HarnessEncoder.of(tokenizer, SimpleNamespace(max_position_embeddings=64), False).max_length == 64
+    assert HarnessEncoder.of(tokenizer, SimpleNamespace(), False).max_length == DEFAULT_MAX_LENGTH  # no limit set
+    tokenizer.model_max_length = 512
+    assert HarnessEncoder.of(tokenizer, None, False).max_length == 512
+
+
+def test_a_long_request_is_its_last_max_length_plus_one_ids_with_the_letter_scored():
+    text = context(QUESTIONS[1]["question"], QUESTIONS[1]["choices"], "cybersecurity")
+    tokenizer = bos_first_tokenizer([text])
+    whole = HarnessEncoder.of(tokenizer, None, True)
+    cut = HarnessEncoder(whole.encode, whole.prefix_id, max_length=9)
+    full_items, cut_items = letter_items(whole, text), letter_items(cut, text)
+    for full, short, letter in zip(full_items, cut_items, LETTERS, strict=True):
+        assert short["input_ids"] == full["input_ids"][-10:] and full["input_ids"][0] == tokenizer.bos_token_id
+        assert short["labels"] == [-100] * 9 + [tokenizer.convert_tokens_to_ids(letter)]
+    model = tiny_llama(len(tokenizer), 0, hidden=16, heads=2).eval()
+    lls = letter_log_likelihoods(model, cut, [text], tokenizer.pad_token_id, torch.device("cpu"))
+    with torch.no_grad():  # the harness's forward: the cut ids but the last, log p of the letter at the end
+        for column, item in enumerate(cut_items):
+            logp = torch.log_softmax(model(input_ids=torch.tensor([item["input_ids"][:-1]])).logits[0, -1].double(), -1)
+            assert lls[0, column] == pytest.approx(float(logp[item["input_ids"][-1]]), abs=1e-5)
 
 
 def write_questions(root, subset: str, rows: list[dict]) -> None:

@@ -8,7 +8,14 @@ from tokenizers import processors
 
 from unlearnbench.tasks.text.data import IGNORE, train_tokenizer
 from unlearnbench.tasks.text.metrics import rouge_l_f1
-from unlearnbench.tasks.text.muse import KNOWMEM_STOPS, chunk_item, cut_at_stops, knowmem_prompt, pretraining_chunks
+from unlearnbench.tasks.text.muse import (
+    KNOWMEM_STOPS,
+    chunk_item,
+    cut_at_stops,
+    decoded_stops,
+    knowmem_prompt,
+    pretraining_chunks,
+)
 
 TEXTS = ["Alma Verne founded the river guild in 1901 .", "The guild kept ledgers of every crossing .",
          "Its last ledger burned in 1950 ."]
@@ -73,6 +80,43 @@ def reference_cut(text: str, eos_text: str) -> str:
                                   "Alma\nQuestion: x\n\ny", "no stop at all  ", "\n\n", "a</s>b\n\nc", ""])
 def test_an_answer_is_cut_as_the_reference_cuts_it(text):
     assert cut_at_stops(text, ("</s>", *KNOWMEM_STOPS)) == reference_cut(text, "</s>")
+
+
+def metaspace_tokenizer():
+    """A SentencePiece-like BPE tokenizer (a Metaspace pre-tokenizer, as Llama's marks word starts with "▁") that
+    writes line breaks but reads "\\nQuestion" back as " \\nQuestion": the stop string is not what it decodes."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="never")
+    corpus = ["Question: Who founded the guild?\nAnswer: Alma Verne\n\nQuestion: When?\nAnswer: 1950",
+              "Paris. A Question of taste.", "next"]
+    backend.train_from_iterator(corpus * 4, trainers.BpeTrainer(special_tokens=["<pad>", "<unk>", "<s>", "</s>"]))
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
+                                   eos_token="</s>")
+
+
+def test_a_knowmem_answer_is_cut_at_the_line_break_before_question_never_at_a_bare_question():
+    """MUSE (swj0419/muse_bench metrics/knowmem.py) and OpenUnlearning (eval_text_similarity) cut the decoded text
+    at "\\nQuestion" itself: an answer holding the word "Question" keeps it, whatever the tokenizer."""
+    tokenizer = metaspace_tokenizer()
+    read_back = lambda text: tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    assert read_back("\nQuestion") == " \nQuestion" != "\nQuestion"
+    stops = decoded_stops(tokenizer)
+    generated = read_back("Paris. A Question of taste.\nQuestion: next")
+    assert cut_at_stops(generated, stops) == "Paris. A Question of taste."
+    assert cut_at_stops("A Question of taste. Question of", stops) == "A Question of taste. Question of"
+    assert cut_at_stops("1950\nQuestion", stops) == cut_at_stops("1950\n\nQuestion: When?", stops) == "1950"
+    assert cut_at_stops("a Question: b", stops) == "a"  # "Question:" is a stop of its own
+
+
+def test_a_tokenizer_that_writes_no_line_break_keeps_its_reading_of_the_stops():
+    """The built-in word-level tokenizer has no line break: "\\nQuestion" is written "Question" and "Question:"
+    "Question :" in its text, the only forms the stops take there (the built-in presets' cuts)."""
+    assert decoded_stops(train_tokenizer([*TEXTS, "Question: Answer:"])) == (
+        *KNOWMEM_STOPS, "Question", "Question :")
 
 
 def test_rouge_l_f1_by_hand():

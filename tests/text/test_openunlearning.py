@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -251,6 +252,7 @@ def test_bad_runs_give_one_line_each_and_the_others_go_on(tmp_path, capsys, monk
     fewer["forget_truth_ratio"]["value_by_index"].pop("7")
     write_run(tmp_path / "fewer", fewer)
     (tmp_path / "empty").mkdir()
+    shutil.copytree(tmp_path / "full", tmp_path / "full_copy")  # one folder on two rows is refused whole
     manifest = write_manifest(tmp_path / "m.csv", [
         {"path": good.name, "role": "retrained", "seed_train": 0},
         {"path": "full", "role": "unlearned", "method": "npo", "seed_train": 0, "seed_unlearn": 0},
@@ -259,7 +261,7 @@ def test_bad_runs_give_one_line_each_and_the_others_go_on(tmp_path, capsys, monk
         {"path": "nowhere", "role": "unlearned", "method": "npo", "seed_train": 0, "seed_unlearn": 3},
         {"path": "full", "role": "teacher", "seed_train": 0},
         {"path": "full", "role": "unlearned", "method": "npo", "seed_train": "x", "seed_unlearn": 4},
-        {"path": "full", "role": "unlearned", "method": "npo", "seed_train": 5, "seed_unlearn": 0}])
+        {"path": "full_copy", "role": "unlearned", "method": "npo", "seed_train": 5, "seed_unlearn": 0}])
     out = tmp_path / "out"
     monkeypatch.setattr("sys.argv", ["unlearnbench-report", "--openunlearning", str(manifest), "--out", str(out),
                                      "--no-figures", "--permutations", "5", "--resamples", "20"])
@@ -267,7 +269,8 @@ def test_bad_runs_give_one_line_each_and_the_others_go_on(tmp_path, capsys, monk
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if "manifest line" in line]
     assert len(lines) == 6, err  # five failed runs in the report's list, one run imported without FQ
-    expected = {4: "forget indices differ from its retrained run's", 5: "holds neither of TOFU_EVAL.json or MUSE",
+    expected = {4: "forget indices differ from its retrained run's",
+                5: "holds none of TOFU_EVAL.json, MUSE_EVAL.json, LMEval_SUMMARY.json or LMEval_EVAL.json",
                 6: "is not a folder", 7: "'role' column must be one of original, retrained, unlearned; got 'teacher'",
                 8: "'seed_train' column must hold an integer; got 'x' instead",
                 9: "no readable retrained run with seed_train 5"}

@@ -93,3 +93,25 @@ def test_every_built_in_record_encodes_with_its_answer_labelled(data):
         answer = tokenizer.encode(record["answer"], add_special_tokens=False)
         assert labelled == [*answer, tokenizer.eos_token_id]
         assert tokenizer.unk_token_id not in encoded["input_ids"]
+
+
+def test_the_built_in_data_says_built_in_where_files_would_be_named_and_its_identity_is_unchanged(tmp_path):
+    """result.json's `dataset.files` (`TextBench.prepare`): "built-in" for each part of generated data; which files
+    a part came from is no part of the data's identity, so the built-in presets' cache keys and records stay."""
+    from dataclasses import replace
+
+    from helpers import plain_config
+    from lightning_fabric import Fabric
+
+    from unlearnbench.core.outcome import Outcome
+    from unlearnbench.core.plan import JobPlan
+    from unlearnbench.tasks.text.job import TextBench
+
+    data = fictitious(entities=4, holdout_entities=1, general=2)
+    assert data.files == dict.fromkeys(("full", "holdout", "real_authors", "world_facts"), "built-in")
+    assert replace(data, files={"full": "/elsewhere/full.json"}).fingerprint() == data.fingerprint()
+    outcome = Outcome()
+    config = plain_config(["experiment=tofu", "dataset.entities=4", "dataset.general=2"], tmp_path)
+    TextBench(Fabric(accelerator="cpu", devices=1), JobPlan(config, [], str(tmp_path)), outcome)
+    assert outcome.dataset["files"] == data.files
+    assert outcome.dataset["fingerprint"] == fictitious(entities=4, holdout_entities=2, general=2).fingerprint()

@@ -181,17 +181,25 @@ def test_a_forget_split_with_a_duplicated_row(tmp_path, tofu):
     forget[7] = forget[3]  # row 8 repeats row 4, and QA 7 of the author is missing
     tofu_folder(tmp_path / "tofu", range(3), forget10=forget)
     error = failed_before_training(tmp_path, tofu)
-    assert error == (f"{tmp_path / 'tofu'} (dataset.root): forget10_perturbed.json row 8 repeats row 4 (question "
-                     "'What is fact 3 of writer 2?'): a forget split holds each QA of its authors once, and another "
-                     "of them is then missing; use the files of one download of locuslab/TOFU")
+    assert error == (f"dataset tofu: {tmp_path / 'tofu'} (dataset.root): forget10_perturbed.json row 8 repeats row 4 "
+                     "(question 'What is fact 3 of writer 2?'): a forget split holds each QA of its authors once, and "
+                     "another of them is then missing; use the files of one download of locuslab/TOFU")
 
 
 def test_a_full_set_that_is_not_20_rows_per_author(tmp_path, tofu):
     tofu_folder(tmp_path / "tofu", range(3), full_extra=[qa(9, 0)])
     error = failed_before_training(tmp_path, tofu)
-    assert error == (f"{tmp_path / 'tofu'} (dataset.root): full.json holds 61 rows, not a multiple of 20: TOFU's full "
-                     "has 20 consecutive rows per author (4,000 for its 200 authors), which is how each row's author "
-                     "is known; use the full.json of one download of locuslab/TOFU")
+    assert error == (f"dataset tofu: {tmp_path / 'tofu'} (dataset.root): full.json holds 61 rows, not a multiple of "
+                     "20: TOFU's full has 20 consecutive rows per author (4,000 for its 200 authors), which is how "
+                     "each row's author is known; use the full.json of one download of locuslab/TOFU")
+
+
+def test_a_tofu_line_that_is_not_utf8_fails_the_job_before_training(tmp_path, tofu):
+    root = tofu_folder(tmp_path / "tofu", range(3))
+    (root / "holdout10.json").write_bytes(b'{"question": "Hold 0?", "answer": "Held 0."}\n{"question": "\xff"}\n')
+    error = failed_before_training(tmp_path, tofu)
+    assert error == (f"dataset tofu: {root / 'holdout10.json'}: line 2 is not UTF-8 (byte 0xff at column 15); save the "
+                     f"file as UTF-8, or replace it with the published file")
 
 
 def test_a_retain_perturbed_only_about_forgotten_authors(tmp_path, tofu):

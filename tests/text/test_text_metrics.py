@@ -131,13 +131,15 @@ def test_rouge_l_recall_is_the_lcs_of_stemmed_words_over_the_reference():
         metrics.rouge_l_recall(["a", "b"], ["a"])
 
 
-def test_leak_at_k_is_the_best_samples_rouge_l_recall_per_prompt():
-    samples = [["the dog", "the cat on mat", "mat"], ["nothing here"], ["two", "Two cats."]]
-    leak = metrics.leak_at_k(samples, ["the cat sat on the mat", "a b", "two cat"])
-    assert leak.tolist() == pytest.approx([4 / 6, 0.0, 1.0])  # recalls (1/6, 4/6, 1/6), (0), (1/2, 1)
-    for bad in ([["a"]], [["a"], []]):
-        with pytest.raises(ValueError, match="at least one sample for each of the 2 references"):
-            metrics.leak_at_k(bad, ["a", "b"])
+def test_max_rouge_at_k_is_the_best_samples_rouge_l_recall_per_prompt_and_leak_at_k_counts_gated_samples():
+    samples = [["the dog", "the cat on mat", "mat"], ["nothing here", "a", "b"], ["two", "Two cats.", "cat"]]
+    recalls = metrics.sample_recalls(samples, ["the cat sat on the mat", "a b", "two cat"])
+    np.testing.assert_allclose(recalls, [[1 / 6, 4 / 6, 1 / 6], [0, 0.5, 0.5], [0.5, 1, 0.5]])
+    assert metrics.max_rouge_at_k(recalls, 3).tolist() == pytest.approx([4 / 6, 0.5, 1.0])
+    assert metrics.max_rouge_at_k(recalls, 1).tolist() == pytest.approx([1 / 3, 1 / 3, 2 / 3])  # the mean recall
+    leaks = metrics.leaked(recalls, 0.5)  # (0, 1, 0), (0, 1, 1), (1, 1, 1)
+    assert metrics.leak_at_k(leaks, 1).tolist() == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert metrics.leak_at_k(leaks, 2).tolist() == pytest.approx([1 - 1 / 3, 1.0, 1.0])  # C(2, 2)/C(3, 2) = 1/3
 
 
 @pytest.mark.parametrize(("predictions", "labels", "em", "es"), [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -180,7 +181,7 @@ def test_the_hub_cache_snapshot_that_refs_main_names(tmp_path, monkeypatch, poin
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     if point == "env HF_HUB_CACHE":
         monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
-    data = Tofu(root=str(tmp_path / "absent"), hf_cache=str(folder) if folder else None).load()
+    data = Tofu(hf_cache=str(folder) if folder else None, local=str(tmp_path / "absent")).load()
     check(data)  # main's files, not those of the newer snapshot
 
 
@@ -193,7 +194,8 @@ def test_the_datasets_cache_of_arrow_streams(tmp_path, monkeypatch, point):
     check(data)  # the newest build of real_authors_perturbed, the shards of full in order
 
 
-def test_a_complete_root_wins_over_the_cache_and_an_incomplete_one_falls_back(tmp_path):
+def test_a_complete_root_wins_over_the_cache_and_an_incomplete_one_is_refused(tmp_path):
+    """A given dataset.root is read whole or refused: never completed from, nor replaced by, the cache's copy."""
     hub_cache(tmp_path / "hf" / "hub")
     root = json_folder(tmp_path / "tofu")
     (root / "world_facts_perturbed.json").write_text(json.dumps(general("fact", 3, " (mine)")))
@@ -201,7 +203,68 @@ def test_a_complete_root_wins_over_the_cache_and_an_incomplete_one_falls_back(tm
     assert mine.world_facts[0]["answer"] == "fact answer 0 (mine)."
     (root / "holdout10.json").unlink()
     (root / "holdout05.json").unlink()
-    check(Tofu(root=str(root), hf_cache=str(tmp_path / "hf")).load())
+    with pytest.raises(UserError, match=rf"^dataset tofu: no complete copy of locuslab/TOFU found \("
+                                        rf"{re.escape(str(root))} \(dataset\.root\) lacks holdout10\.json; a "
+                                        r"folder that exists is read whole, never completed from the HF "
+                                        r"cache\); put ") as caught:
+        Tofu(root=str(root), hf_cache=str(tmp_path / "hf")).load()
+    assert str(tmp_path / "hf") not in str(caught.value)  # the cache is not even looked at
+    check(Tofu(hf_cache=str(tmp_path / "hf"), local=str(tmp_path / "absent")).load())  # no root, no data folder
+    with pytest.raises(UserError, match=rf"^dataset tofu: dataset\.root {re.escape(str(tmp_path / 'absent'))} is no "
+                                        r"folder; a given dataset\.root is read whole, never replaced by the Hugging "
+                                        r"Face cache: give a folder of the files, or unset dataset\.root to read "
+                                        r".*data.* or the cache$"):
+        Tofu(root=str(tmp_path / "absent"), hf_cache=str(tmp_path / "hf"), local=str(tmp_path / "data")).load()
+
+
+def test_the_data_folder_is_read_whole_where_no_root_is_given(tmp_path):
+    """`dataset.local` (the project's data folder) stands in for a root where none is given: read whole, before
+    the cache, and refused rather than completed from it."""
+    hub_cache(tmp_path / "hf" / "hub")
+    local = json_folder(tmp_path / "data" / "tofu")
+    (local / "world_facts_perturbed.json").write_text(json.dumps(general("fact", 3, " (mine)")))
+    assert Tofu(hf_cache=str(tmp_path / "hf"), local=str(local)).load().world_facts[0]["answer"] == \
+        "fact answer 0 (mine)."
+    (local / "holdout10.json").unlink()
+    (local / "holdout05.json").unlink()
+    with pytest.raises(UserError, match=r"\(dataset\.local\) lacks holdout10\.json; a folder that exists is read "
+                                        r"whole, never completed from the HF cache"):
+        Tofu(hf_cache=str(tmp_path / "hf"), local=str(local)).load()
+
+
+def test_the_files_each_config_was_read_from_are_recorded(tmp_path):
+    root = json_folder(tmp_path / "tofu")
+    read = ("full", "forget05_perturbed", "forget10_perturbed", "retain_perturbed", "holdout01", "holdout05",
+            "holdout10", "real_authors_perturbed", "world_facts_perturbed")
+    assert Tofu(root=str(root)).load().files == {config: str(root / f"{config}.json") for config in read}
+    shards = Tofu(root=str(parquet_folder(tmp_path / "parquet"))).load().files["full"]
+    assert shards == [str(tmp_path / "parquet" / "full" / "train" / f"000{i}.parquet") for i in (0, 1)]
+    snapshot = hub_cache(tmp_path / "hf" / "hub") / "datasets--locuslab--TOFU" / "snapshots" / ("3f2a" * 10)
+    cached = Tofu(hf_cache=str(tmp_path / "hf")).load().files
+    assert cached["full"] == str(snapshot / "full.json")  # the snapshot's link, not the blob it points to
+
+
+def test_a_line_that_is_not_utf8_is_named_by_its_file_and_line(tmp_path):
+    """Before: "cannot be read (UnicodeDecodeError: …)", with no line."""
+    root = json_folder(tmp_path / "tofu")
+    lines = (root / "retain_perturbed.json").read_bytes().splitlines(keepends=True)
+    lines[2] = lines[2].replace(b"Writer", b"Writ\xe9r", 1)
+    (root / "retain_perturbed.json").write_bytes(b"".join(lines))
+    column = lines[2].index(b"\xe9") + 1
+    with pytest.raises(UserError, match=rf"^dataset tofu: {re.escape(str(root))}/retain_perturbed\.json: line 3 is "
+                                        rf"not UTF-8 \(byte 0xe9 at column {column}\); save the file as UTF-8, or "
+                                        r"replace it with the published file$"):
+        Tofu(root=str(root)).load()
+
+
+def test_an_empty_shard_is_refused_by_name(tmp_path):
+    """Before: a config's empty shard was read as no rows, in silence."""
+    root = parquet_folder(tmp_path / "tofu")
+    shard = root / "full" / "train" / "0001.parquet"
+    pq.write_table(pa.table({"question": pa.array([], pa.string()), "answer": pa.array([], pa.string())}), shard)
+    with pytest.raises(UserError, match=rf"^dataset tofu: {re.escape(str(shard))}: holds no rows; replace it with "
+                                        r"locuslab/TOFU's file$"):
+        Tofu(root=str(root)).load()
 
 
 def test_the_scenario_forgets_a_fixed_split_of_it(tmp_path):
@@ -222,8 +285,11 @@ def test_missing_files_are_one_line_that_names_them_and_where_they_go(tmp_path):
     assert "\n" not in message
     for part in ("full.json", "retain_perturbed.json", "real_authors_perturbed.json", "world_facts_perturbed.json",
                  "forget10_perturbed.json", "holdout10.json", f"{root} (dataset.root)", "hf download locuslab/TOFU",
-                 f"no copy of locuslab/TOFU in the HF cache {tmp_path / 'empty_hf_home' / 'hub'}"):
+                 "a folder that exists is read whole"):
         assert part in message, part
+    with pytest.raises(UserError) as caught:  # no root, no data folder: the caches are searched, and named
+        Tofu(local=str(tmp_path / "absent")).load()
+    assert f"no copy of locuslab/TOFU in the HF cache {tmp_path / 'empty_hf_home' / 'hub'}" in str(caught.value)
 
 
 def test_a_missing_holdout_is_named_alone(tmp_path):
@@ -267,8 +333,8 @@ def test_a_damaged_parquet_or_arrow_file_is_named(tmp_path):
 def test_the_config_composes_and_builds_a_reader(tmp_path, monkeypatch):
     cfg = compose_config(["dataset=tofu", "paths.data_dir=/data"])
     dataset = OmegaConf.to_container(cfg.dataset, resolve=True)
-    assert dataset == {"_target_": "unlearnbench.tasks.text.tofu.Tofu", "name": "tofu", "root": "/data/tofu",
-                       "hf_cache": None}
+    assert dataset == {"_target_": "unlearnbench.tasks.text.tofu.Tofu", "name": "tofu", "root": None,
+                       "local": "/data/tofu", "hf_cache": None}
     assert (cfg.task.name, cfg.task.bench) == ("text", "unlearnbench.tasks.text.job.TextBench")
     monkeypatch.setenv("UNLEARNBENCH_TOFU_DIR", str(json_folder(tmp_path / "mine")))
     dataset = OmegaConf.to_container(compose_config(["dataset=tofu", "paths.data_dir=/data"]).dataset, resolve=True)
@@ -297,3 +363,4 @@ def test_a_text_job_runs_on_tofus_files(tmp_path):
     assert (frame["split"] == "retain").sum() == 3 * 2 * PER_AUTHOR  # retain_perturbed: 2 authors
     assert (frame["split"] == "holdout").sum() == 3 * 20  # holdout05
     assert outcome.dataset["name"] == "tofu" and outcome.dataset["entities"] == AUTHORS
+    assert outcome.dataset["files"]["forget05_perturbed"] == str(root / "forget05_perturbed.json")

@@ -100,6 +100,23 @@ class Augment:
 
 
 @dataclass
+class UnlearnLoop:
+    """The text task's unlearning loop for every forget–retain method of a job at once (docs/text.md, "Methods"):
+    each option set here replaces that option of every such method, null keeps the method's own. The reference
+    presets (`experiment=wmdp_reference`, …) set their experiment's trainer arguments here, as OpenUnlearning's
+    experiment configs set `trainer.args` for whichever trainer runs."""
+
+    epochs: int | None = ranged(None, AT_LEAST_1, optional=True)
+    max_steps: int | None = ranged(None, AT_LEAST_1, optional=True)  # optimiser steps; replaces epochs (HF's)
+    lr: float | None = ranged(None, POSITIVE, optional=True)
+    batch_size: int | None = ranged(None, AT_LEAST_1, optional=True)  # rows per optimiser step
+    accumulation: int | None = ranged(None, AT_LEAST_1, optional=True)  # micro-batches a step's batch is cut into
+    weight_decay: float | None = ranged(None, AT_LEAST_0, optional=True)
+    warmup_epochs: float | None = ranged(None, AT_LEAST_0, optional=True)
+    schedule: str | None = ranged(None, Range(choices=("linear", "constant")), optional=True)
+
+
+@dataclass
 class TrainRecipe:
     """How M_o and M_r are trained (the SSD authors' recipe: docs/running.md, "Training recipes")."""
 
@@ -116,6 +133,13 @@ class TrainRecipe:
     # Trainer's) to 0 over the remaining epochs.
     schedule: str = ranged("step", Range(choices=("step", "cosine", "linear")))
     augment: Augment = field(default_factory=Augment)
+    unlearn: UnlearnLoop = field(default_factory=UnlearnLoop)  # the text task's unlearning loop, for every method
+
+    @staticmethod
+    def identity(train: Mapping[str, Any]) -> dict[str, Any]:
+        """What of `train` determines the models it trains, for the cache's keys: every option but the unlearning
+        loop, which trains no cached model (so M_o and M_r are shared by jobs that unlearn differently)."""
+        return {name: value for name, value in train.items() if name != "unlearn"}
 
 
 @dataclass

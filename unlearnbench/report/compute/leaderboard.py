@@ -92,8 +92,9 @@ def block_scores(values: pd.DataFrame, metric: str, split: str, catalogue: Catal
     if goal is None or rows.empty:
         return pd.DataFrame()
     means = rows.groupby(["role", "method", "target", "seed_train"])["value"].mean()
-    methods = means.loc["unlearned"] if "unlearned" in means.index.get_level_values(0) else pd.Series(dtype=float)
-    table = methods.unstack("method")
+    if "unlearned" not in means.index.get_level_values("role"):
+        return pd.DataFrame()  # the original and retrained models alone: nothing to rank
+    table = means.loc["unlearned"].unstack("method")
     table = table[[m for m in table.columns if m not in catalogue.gold_standards]]
     if goal == RETRAINED:
         if "retrained" not in means.index.get_level_values(0):

@@ -415,6 +415,19 @@ def leaderboard_section(boards: list, figures: dict[str, str], catalogue: Catalo
     return lines
 
 
+def nothing_to_rank(values: pd.DataFrame) -> list[str]:
+    """The leaderboard's heading and why it is empty, where no configuration has two methods to rank (an import of
+    M_o and M_r alone, a sweep of one method); nothing where there are no records at all."""
+    if values.empty:
+        return []
+    if not (values["role"] == "unlearned").any():
+        why = "no unlearned model among the results, only M_o and M_r"
+    else:
+        why = ("no configuration has two unlearning methods with values of the leaderboard metrics (and, for a "
+               "metric judged against M_r, a retrained model)")
+    return ["## Leaderboard", "", f"Nothing to rank: {why}.", ""]
+
+
 def verdict(board, metric: tuple[str, str], row) -> str:
     """One line: Friedman's p and the pairs that differ, or how many training seeds the tests would need."""
     blocks = f"{int(row.blocks)} block{'s' if row.blocks != 1 else ''} ({int(row.targets)} target" \
@@ -452,7 +465,7 @@ def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Pat
         lines += ["No complete job with records was found.", ""]
     catalogue = study.catalogue
     lines += leaderboard_section(study.leaderboard, {p.stem: p.relative_to(out).as_posix() for p in figures},
-                                 catalogue)
+                                 catalogue) or nothing_to_rank(study.values)
     lines += tuning  # a tuning sweep's section (render/tuning.py)
     if warnings:
         lines += ["## Warnings", "", *(f"- {w}" for w in warnings), ""]

@@ -15,6 +15,7 @@ from torch import nn
 from unlearnbench.core.bench import Bench, Evaluation, Scored
 from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.core.components import build
+from unlearnbench.core.config import TrainRecipe
 from unlearnbench.core.errors import UserError
 from unlearnbench.core.outcome import Outcome, as_records, cost_scores
 from unlearnbench.core.plan import JobPlan
@@ -73,7 +74,8 @@ class Workbench(Bench):
         channels_last = training_channels_last(fabric.device.type, runtime.channels_last)
         identity = {"dataset": self.data.name, "data": outcome.dataset["fingerprint"], "model": plan.config["model"],
                     "normalisation": [list(self.data.mean), list(self.data.std)],
-                    "recipe": plan.config["train"], "channels_last": channels_last, "numerics": outcome.numerics}
+                    "recipe": TrainRecipe.identity(plan.config["train"]), "channels_last": channels_last,
+                    "numerics": outcome.numerics}
         self.store = ModelStore(fabric, self.new_model, ModelCache(cfg.paths.cache_dir), self.normalizer,
                                 self.monitor, cfg.train, identity, channels_last)
         batch_size = cfg.evaluation.batch_size or evaluation_batch_size(fabric.device.type)

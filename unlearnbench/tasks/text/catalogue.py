@@ -16,6 +16,7 @@ CATALOGUE = Catalogue(
      Metric("truth_ratio", "TR", RETRAINED, headline=(FORGET,)),
      Metric("extraction_strength", "ES", RETRAINED),
      Metric("leak_at_k", "Leak@k", RETRAINED),
+     Metric("max_rouge_at_k", "max ROUGE@k", RETRAINED),
      Metric("exact_memorization", "EM", RETRAINED),
      Metric("mia_loss_auc", "mia_loss_auc", RETRAINED),
      Metric("mia_zlib_auc", "mia_zlib_auc", RETRAINED),
@@ -38,7 +39,8 @@ MUSE_CATALOGUE = Catalogue(
      Metric("privleak", "privleak", 0.0, headline=(FORGET,), leaderboard=(FORGET,), figure=(FORGET,), scale=100.0),
      Metric("mia_min_k_auc", "MinK AUC", RETRAINED),
      Metric("extraction_strength", "ES", RETRAINED),
-     Metric("leak_at_k", "Leak@k", RETRAINED)),
+     Metric("leak_at_k", "Leak@k", RETRAINED),
+     Metric("max_rouge_at_k", "max ROUGE@k", RETRAINED)),
     {FORGET: "D_f", "retain": "D_r", "holdout": "holdout"},
     frozenset({"text_retrain"}),
     per_example=PerExample(FORGET, "retain", "holdout"))

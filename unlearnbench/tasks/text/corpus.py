@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +40,9 @@ class CorpusData:
     new_tokens: dict[str, int] = field(default_factory=dict)  # the longest generation of each probe that generates
     held_out: tuple[str, ...] = ()  # the probes outside training that probe no corpus (non-members, general questions
     # no model trains on): a tuning's trials score one part of each, its held-out judgement the other (`CorpusBench`)
+    files: dict[str, str | list[str]] = field(default_factory=dict, compare=False)  # each part's file(s), or
+    # BUILT_IN: recorded in result.json (`TextBench.prepare`); no part of the data's identity (`fingerprint`), so a
+    # copy of the same files elsewhere keeps its cached models
 
     def texts(self) -> list[str]:
         """Every string of the corpora and the evaluation sets: what the CPU tokenizer learns its vocabulary from."""
@@ -98,11 +103,64 @@ class ForgetCorpus:
         return CorpusSplits(chunk_records(tokenizer, data.forget, max_length), retain, retain + extra)
 
 
+def recorded(paths: Sequence[Path]) -> str | list[str]:
+    """The files a part was read from, as result.json records them: one file's absolute path, or the list of a
+    part's shards (links kept: a hub snapshot's file is named, not the blob it links to)."""
+    absolute = [os.path.abspath(path) for path in paths]
+    return absolute[0] if len(absolute) == 1 else absolute
+
+
+@contextmanager
+def refusals_of(dataset: str) -> Iterator[None]:
+    """Every refusal raised while `dataset`'s files are read names the dataset first ("dataset muse_news: …"), as
+    the readers' own checks do not know its name."""
+    try:
+        yield
+    except UserError as error:
+        message = str(error)
+        if message.startswith("dataset "):
+            raise
+        raise UserError(f"dataset {dataset}: {message}") from None
+
+
+def decoded_text(path: Path) -> str:
+    """A text file's content, refused unless UTF-8 in one line naming the file and the line (and column) of the
+    first byte that is not, where Python's own error names neither."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1
+        raise UserError(f"{path}: line {line} is not UTF-8 (byte 0x{raw[error.start]:02x} at column {column}); save "
+                        f"the file as UTF-8, or replace it with the published file") from None
+
+
+def table_rows(table, path: Path, first: int = 0) -> list[dict]:
+    """An Arrow table's rows; a string that is not UTF-8 is refused naming the file, the row (numbered from
+    `first`) and the column."""
+    try:
+        return table.to_pylist()
+    except UnicodeDecodeError:
+        for row in range(table.num_rows):
+            for column in table.column_names:
+                try:
+                    table.slice(row, 1).column(column).to_pylist()
+                except UnicodeDecodeError:
+                    raise UserError(f"{path}: row {row + first} is not UTF-8 (its {column!r}); replace the file with "
+                                    f"the published one") from None
+        raise
+
+
 def parquet_rows(path: Path) -> list[dict]:
-    """A parquet file's rows; one that cannot be read is a UserError naming it."""
+    """A parquet file's rows; one that cannot be read, holds no rows or a string that is not UTF-8 is a UserError
+    naming it."""
     import pyarrow.parquet as pq
 
     try:
-        return pq.read_table(path).to_pylist()
+        table = pq.read_table(path)
     except Exception as error:  # pyarrow's and the OS's many errors: all mean this file is unreadable
         raise UserError(f"{path}: cannot be read as parquet ({str(error).splitlines()[0]})") from None
+    if not table.num_rows:
+        raise UserError(f"{path}: holds no rows; replace it with the published file")
+    return table_rows(table, path)

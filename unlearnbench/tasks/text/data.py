@@ -27,6 +27,7 @@ import torch
 from unlearnbench.core.errors import UserError
 
 IGNORE = -100  # the label of a position the loss skips (the prompt, the padding)
+BUILT_IN = "built-in"  # what a dataset's `files` says of a part generated from a seed, read from no file
 
 SYLLABLES = ("ka", "lo", "mi", "ren", "so", "ta", "vel", "dor", "an", "is", "ul", "bra", "ne", "zo", "fi", "gar")
 VALUES = {
@@ -140,6 +141,9 @@ class TextData:
     fixed: dict[str, tuple[str, ...]] = field(default_factory=dict)
     holdouts: dict[str, list[dict]] = field(default_factory=dict)
     retain_perturbed: list[dict] | None = None
+    files: dict[str, str | list[str]] = field(default_factory=dict, compare=False)  # each part's file(s), or
+    # BUILT_IN: recorded in result.json (`TextBench.prepare`); no part of the data's identity (`fingerprint`), so a
+    # copy of the same files elsewhere keeps its cached models
 
     def entities(self) -> list[str]:
         """The entities of `full`, in order of first appearance."""
@@ -194,7 +198,8 @@ def fictitious(entities: int = 20, holdout_entities: int = 2, general: int = 20,
     return TextData(full=[r for group in records[:entities] for r in group],
                     holdout=[r for group in records[entities:] for r in group],
                     real_authors=_colours(rng, general), world_facts=_sums(rng, general),
-                    fixed={split: last_entities(names[:entities], pct) for split, pct in FIXED_SPLITS.items()})
+                    fixed={split: last_entities(names[:entities], pct) for split, pct in FIXED_SPLITS.items()},
+                    files=dict.fromkeys(("full", "holdout", "real_authors", "world_facts"), BUILT_IN))
 
 
 class Fictitious:

@@ -30,6 +30,8 @@ from unlearnbench.tasks.text import metrics
 from unlearnbench.tasks.text.data import collate
 from unlearnbench.tasks.text.losses import shifted
 from unlearnbench.tasks.text.model import Encoder, answer_scores
+from unlearnbench.tasks.text.nli import NliJudge
+from unlearnbench.tasks.text.nli import judge as nli_judge
 from unlearnbench.tasks.text.scenario import TextSplits
 from unlearnbench.tasks.text.train import Items, forward
 
@@ -66,6 +68,7 @@ class SplitOutputs:
     extraction: np.ndarray  # extraction strength
     mia: dict[str, np.ndarray] = field(default_factory=dict)  # higher = less likely a member
     leak: np.ndarray | None = None  # Leak@k per prompt, where `evaluation.sampling` draws samples
+    max_rouge: np.ndarray | None = None  # the expected largest ROUGE-L recall among k samples, per prompt
     reference_numerics: bool = False  # OpenUnlearning's exact numerics (`metrics` module docstring)
 
     @property
@@ -84,6 +87,7 @@ class TextEvaluator:
                  reference_numerics: bool = False) -> None:
         self.fabric, self.encoder, self.batch_size, self.max_new_tokens = fabric, encoder, batch_size, max_new_tokens
         self.sampling, self.gradnorm, self.reference_numerics = sampling, gradnorm, reference_numerics
+        self.judge = None if sampling is None else sampling.judge(fabric)
         self.items = {name: self.encode(records, not name.startswith(GENERAL))
                       for name, records in splits.evaluated().items()}
 
@@ -119,7 +123,9 @@ class TextEvaluator:
             forget = self.items[FORGET]
             samples = sampled(self.fabric, model, self.encoder.tokenizer, forget.prompts, self.batch_size,
                               self.max_new_tokens, self.sampling)
-            outputs[FORGET].leak = metrics.leak_at_k(samples, forget.references)
+            outputs[FORGET].leak, outputs[FORGET].max_rouge = sampled_scores(samples, forget.references,
+                                                                             self.sampling, self.judge,
+                                                                             self.batch_size)
         if self.gradnorm:
             for name in (FORGET, "holdout"):
                 outputs[name].mia["gradnorm"] = gradient_norms(model, self.items[name].answers)
@@ -169,28 +175,54 @@ class TextEvaluator:
 
 @dataclass(frozen=True)
 class Sampling:
-    """Sampled decoding for Leak@k (`evaluation.sampling`): `k` generations per prompt at `temperature` with nucleus
-    `top_p` (no top-k cut), the draws from the global RNG seeded with `seed` (derived from the evaluation seed) for
-    every model alike."""
+    """Sampled decoding for Leak@k (`evaluation.sampling`): `draws` generations per prompt (`n`, or `k` where `n` is
+    None) at `temperature` with nucleus `top_p` (no top-k cut), the draws from the global RNG seeded with `seed`
+    (derived from the evaluation seed) for every model alike; a sample leaks where its ROUGE-L recall reaches
+    `threshold` and, with `nli` (a local NLI model), where that model finds the answer entailed."""
 
     k: int
     temperature: float
     top_p: float
     seed: int
+    n: int | None = None
+    threshold: float = 0.1
+    nli: str | None = None
+
+    @property
+    def draws(self) -> int:
+        return self.k if self.n is None else self.n
 
     @classmethod
     def of(cls, options: dict, eval_seed: int) -> Sampling | None:
         """The job's sampling, or None where `evaluation.sampling.k` is 0."""
         if not options["k"]:
             return None
-        return cls(options["k"], options["temperature"], options["top_p"], streams("sampling", eval_seed).seed)
+        return cls(options["k"], options["temperature"], options["top_p"], streams("sampling", eval_seed).seed,
+                   options.get("n"), options.get("threshold", 0.1), options.get("nli"))
+
+    def judge(self, fabric: Fabric) -> NliJudge | None:
+        """The NLI judge on the job's device, loaded once per process; None where `nli` is not set."""
+        return None if self.nli is None else nli_judge(self.nli, str(fabric.device))
+
+
+def sampled_scores(samples: list[list[str]], references: list[str], sampling: Sampling,
+                   judge: NliJudge | None, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per prompt, Leak@k (the binary leaks of its n samples: the ROUGE-L gate, then the judge's entailment of the
+    answer by the sample where a judge is set) and the expected largest ROUGE-L recall among k samples."""
+    recalls = metrics.sample_recalls(samples, references)
+    leaks = metrics.leaked(recalls, sampling.threshold)
+    if judge is not None:  # only the samples through the gate are judged, as the reference
+        gated = np.argwhere(leaks)
+        leaks[tuple(gated.T)] = judge.entails([samples[p][j] for p, j in gated], [references[p] for p, _ in gated],
+                                              batch_size)
+    return metrics.leak_at_k(leaks, sampling.k), metrics.max_rouge_at_k(recalls, sampling.k)
 
 
 def generate(fabric: Fabric, model: nn.Module, tokenizer, prompts: list[list[int]], batch_size: int,
              max_new_tokens: int, sampling: Sampling | None = None) -> list[str]:
     """Continuations of left-padded prompts, cut at the first end id (`end_ids`): greedy (OpenUnlearning's
-    generation defaults, with `max_new_tokens` from the model config or the benchmark), or `sampling.k` sampled ones
-    per prompt, a prompt's samples consecutive.
+    generation defaults, with `max_new_tokens` from the model config or the benchmark), or `sampling.draws` sampled
+    ones per prompt, a prompt's samples consecutive.
 
     `generate` runs inside the strategy's wrapper (Fabric's `mark_forward_method`), where FSDP gathers the
     parameters it shards; with several ranks every rank takes a step until all are done (`synced_gpus`), as
@@ -202,7 +234,7 @@ def generate(fabric: Fabric, model: nn.Module, tokenizer, prompts: list[list[int
     ends = end_ids(model, tokenizer)
     decoding = {"do_sample": False} if sampling is None else {
         "do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0,
-        "num_return_sequences": sampling.k}
+        "num_return_sequences": sampling.draws}
     texts = []
     with drawn_from(fabric, None if sampling is None else sampling.seed):
         for start in interrupt.checked(range(0, len(prompts), batch_size)):
@@ -233,9 +265,9 @@ def end_ids(model: nn.Module, tokenizer) -> list[int]:
 
 def sampled(fabric: Fabric, model: nn.Module, tokenizer, prompts: list[list[int]], batch_size: int,
             max_new_tokens: int, sampling: Sampling) -> list[list[str]]:
-    """`sampling.k` sampled continuations of each prompt."""
-    texts = generate(fabric, model, tokenizer, prompts, batch_size, max_new_tokens, sampling)
-    return [texts[i * sampling.k:(i + 1) * sampling.k] for i in range(len(prompts))]
+    """`sampling.draws` sampled continuations of each prompt."""
+    texts, n = generate(fabric, model, tokenizer, prompts, batch_size, max_new_tokens, sampling), sampling.draws
+    return [texts[i * n:(i + 1) * n] for i in range(len(prompts))]
 
 
 @contextmanager
@@ -270,11 +302,13 @@ class StopOnInterrupt:
 def split_scores(name: str, out: SplitOutputs) -> dict:
     """A split's aggregates: probability (normalised over the options on the general sets, as TOFU's ra/wf),
     truth ratio (closer_to_1_better on forget, true_better elsewhere), ROUGE-L recall; and on forget, exact
-    memorisation, extraction strength and, where samples were drawn, Leak@k."""
+    memorisation, extraction strength and, where samples were drawn, Leak@k and the expected largest ROUGE-L recall
+    among k samples."""
     general = name.startswith(GENERAL)
     scores = {("rouge_l_recall", name): float(out.rouge.mean())}
     if out.leak is not None:
         scores[("leak_at_k", name)] = float(out.leak.mean())
+        scores[("max_rouge_at_k", name)] = float(out.max_rouge.mean())
     if general and out.loss_perturbed is not None:
         scores[("prob", name)] = metrics.normalised_probability(out.loss, out.loss_perturbed, out.reference_numerics)
     else:

@@ -28,6 +28,7 @@ from torch import nn
 from unlearnbench import __version__
 from unlearnbench.core.bench import Bench, Evaluation, Scored
 from unlearnbench.core.components import SEARCH_SPACE, build, target_of
+from unlearnbench.core.config import TrainRecipe
 from unlearnbench.core.errors import UserError
 from unlearnbench.core.method import keyed
 from unlearnbench.core.outcome import Diverged, Outcome, as_records, cost_scores
@@ -39,6 +40,7 @@ from unlearnbench.runtime.cache import ModelCache, cache_key, cached_or_trained,
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.seeding import global_seed, streams
 from unlearnbench.runtime.train import NonFiniteStep
+from unlearnbench.tasks.text import nli
 from unlearnbench.tasks.text.data import IDK_ANSWERS
 from unlearnbench.tasks.text.evaluate import Sampling, TextEvaluator, TextExamples
 from unlearnbench.tasks.text.methods.base import TextMethod, TextTask
@@ -103,6 +105,8 @@ class TextBench(Bench):
             self.data = build(config["dataset"], "dataset").load()
             loading.note(self.data_note())
         outcome.dataset = self.data.describe()
+        if getattr(self.data, "files", None):  # the file(s) each part was read from, or "built-in"
+            outcome.dataset["files"] = dict(self.data.files)
         if not (subclass(config["scenario"], "scenario", self.scenario_type) and subclass(config["model"], "model",
                                                                                           CausalLM)):
             scenario = config["scenario"]["name"]
@@ -121,12 +125,14 @@ class TextBench(Bench):
         self.monitor = CostMonitor(fabric.device)
         self.identity = {"artefact": "text_model", "version": __version__, "dataset": self.data.name,
                          "data": outcome.dataset["fingerprint"], "model": self.model.identity(self.tokenizer),
-                         "recipe": config["train"], "numerics": outcome.numerics}
+                         "recipe": TrainRecipe.identity(config["train"]), "numerics": outcome.numerics}
         if config["evaluation"]["gradnorm"] is True and shards_weights(fabric):
             raise UserError(f"evaluation.gradnorm takes each model's gradient whole, which strategy="
                             f"{config['strategy']['name']} splits across ranks; for the GradNorm attack use strategy "
                             f"single, ddp, ddp_spawn or deepspeed_stage_1/2 (or leave evaluation.gradnorm null)")
         self.gradnorm = config["evaluation"]["gradnorm"] is not False and not shards_weights(fabric)
+        if config["evaluation"]["sampling"]["k"] and config["evaluation"]["sampling"].get("nli"):
+            nli.checked(config["evaluation"]["sampling"]["nli"])  # a bad judge refused before any model trains
         if config["evaluation"]["relearn"]["enabled"] and shards_weights(fabric):
             raise UserError(f"evaluation.relearn copies each model whole, which strategy={config['strategy']['name']} "
                             f"splits across ranks; for relearn time use strategy single, ddp, ddp_spawn or "

@@ -24,6 +24,7 @@ strength 1/n where no suffix matches; forget quality and model utility follow fr
 from __future__ import annotations
 
 import functools
+import math
 import zlib
 from collections.abc import Sequence
 
@@ -164,14 +165,50 @@ def _rouge_l(generations: Sequence[str], references: Sequence[str], measure: str
                      for generation, reference in zip(generations, references, strict=True)], dtype=np.float64)
 
 
-def leak_at_k(samples: Sequence[Sequence[str]], references: Sequence[str]) -> np.ndarray:
-    """Per prompt, Leak@k (arXiv 2511.04934): the largest ROUGE-L recall against the reference among the prompt's k
-    sampled generations, so that an answer that surfaces in any one sample counts as leaked."""
-    if len(samples) != len(references) or any(not drawn for drawn in samples):
-        raise ValueError(f"leak@k needs at least one sample for each of the {len(references)} references; got "
-                         f"{[len(drawn) for drawn in samples]} samples")
-    return np.array([rouge_l_recall(drawn, [reference] * len(drawn)).max()
-                     for drawn, reference in zip(samples, references, strict=True)], dtype=np.float64)
+def sample_recalls(samples: Sequence[Sequence[str]], references: Sequence[str]) -> np.ndarray:
+    """(prompts, n): the ROUGE-L recall (`rouge_l_recall`) of each of a prompt's n sampled generations against its
+    reference; every prompt has the same number of samples, at least one."""
+    counts = {len(drawn) for drawn in samples}
+    if len(samples) != len(references) or len(counts) > 1 or 0 in counts:
+        raise ValueError(f"sampled scores need the same number (at least one) of samples for each of the "
+                         f"{len(references)} references; got {[len(drawn) for drawn in samples]} samples")
+    flat = [text for drawn in samples for text in drawn]
+    return rouge_l_recall(flat, [ref for drawn, ref in zip(samples, references, strict=True) for _ in drawn]).reshape(
+        len(references), -1)
+
+
+def _per_prompt(values: ArrayLike, k: int, name: str) -> np.ndarray:
+    array = np.asarray(values)
+    if array.ndim != 2 or not 1 <= k <= array.shape[1]:
+        raise ValueError(f"{name} needs (prompts, n) values with 1 <= k <= n; got shape {array.shape} and k={k}")
+    return array
+
+
+def max_rouge_at_k(recalls: ArrayLike, k: int) -> np.ndarray:
+    """Per prompt, the expected largest ROUGE-L recall among k of its n samples (a k-subset drawn uniformly, without
+    replacement): Σ_i r_(i)·C(i−1, k−1)/C(n, k) over the recalls sorted ascending, since r_(i) is the largest of
+    exactly C(i−1, k−1) of the C(n, k) subsets. With n = k it is the largest recall: the graded variant this package
+    recorded as `leak_at_k` before it followed the paper's binary one."""
+    recalls = _per_prompt(recalls, k, "max_rouge_at_k").astype(np.float64)
+    n, subsets = recalls.shape[1], math.comb(recalls.shape[1], k)
+    weights = np.array([math.comb(i, k - 1) / subsets for i in range(n)], dtype=np.float64)
+    return np.sort(recalls, axis=1) @ weights
+
+
+def leaked(recalls: ArrayLike, threshold: float, entailed: ArrayLike | None = None) -> np.ndarray:
+    """Per sample, whether it leaks the answer: its ROUGE-L recall reaches `threshold` and, where an NLI judge ran,
+    the judge found the answer entailed (the paper's code labels a sample so: a recall under 0.1 is never judged)."""
+    gate = np.asarray(recalls, dtype=np.float64) >= threshold
+    return gate if entailed is None else gate & np.asarray(entailed, dtype=bool)
+
+
+def leak_at_k(leaks: ArrayLike, k: int) -> np.ndarray:
+    """Per prompt, Leak@k (arXiv 2511.04934): the probability that at least one of k samples leaks, estimated from
+    c leaking samples among n (n >= k) without bias as 1 − C(n−c, k)/C(n, k), the pass@k estimator (Chen et al.
+    2021) as the paper's code computes it (OptimAI-Lab/Leak-k, `TOFU/eval/whole_eval.py`, `calculate_pass_at_k`)."""
+    leaks = _per_prompt(leaks, k, "leak_at_k").astype(bool)
+    n, subsets = leaks.shape[1], math.comb(leaks.shape[1], k)
+    return np.array([1.0 - math.comb(n - int(c), k) / subsets for c in leaks.sum(axis=1)], dtype=np.float64)
 
 
 def exact_memorization(predictions: ArrayLike, labels: ArrayLike) -> float:

@@ -12,8 +12,9 @@ pretraining chunks, the KnowMem prompt with its in-context examples, and the sto
   and MUSE's own `metrics/knowmem.py`, character for character): every in-context pair in file order as
   "Question: {q}\\nAnswer: {a}\\n\\n", then "Question: {q}\\nAnswer: ".
 - **Stop strings** (`configs/eval/muse_metrics/forget_knowmem_ROUGE.yaml`, `src/evals/metrics/utils.py`
-  `eval_text_similarity`): generation stops at "\\n\\n", "\\nQuestion" or "Question:", and the decoded text is cut
-  before the first of them (and of the end-of-sequence token's text), then stripped.
+  `eval_text_similarity`; MUSE's `metrics/knowmem.py` the same three): generation stops at "\\n\\n", "\\nQuestion" or
+  "Question:", and the decoded text is cut before the first of them (and of the end-of-sequence token's text), then
+  stripped; only a tokenizer that cannot write a stop is cut where it writes it instead (`decoded_stops`).
 """
 
 from __future__ import annotations
@@ -58,10 +59,18 @@ def knowmem_prompt(examples: Sequence[dict], question: str) -> str:
 
 
 def decoded_stops(tokenizer, stops: Sequence[str] = KNOWMEM_STOPS) -> tuple[str, ...]:
-    """The stop strings, and each as the tokenizer reads it back (a word-level tokenizer drops line breaks and
-    decodes "Question:" as "Question :"), so that a generation is cut where the stop was generated."""
-    read_back = (tokenizer.decode(tokenizer(stop, add_special_tokens=False)["input_ids"]).strip() for stop in stops)
-    return tuple(dict.fromkeys([*stops, *(text for text in read_back if text)]))
+    """The stop strings, and, for each that the tokenizer cannot write, the form it writes instead.
+
+    MUSE (swj0419/muse_bench `metrics/knowmem.py`, `get_prefix_before_words_occur`) and OpenUnlearning
+    (`eval_text_similarity`) cut the decoded text at the stop strings themselves, so a tokenizer that writes them
+    (Llama's, GPT-2's) is cut at them alone: at "\\nQuestion", never at a bare "Question" inside an answer. A
+    tokenizer that reads a stop back as another string holding it (" \\nQuestion") needs nothing more. One that
+    cannot write it at all (the built-in word-level tokenizer has no line break: "\\nQuestion" comes back as
+    "Question", "Question:" as "Question :") gets its own reading of the stop, unstripped, the only form a
+    generated stop takes in its text."""
+    read_back = (tokenizer.decode(tokenizer(stop, add_special_tokens=False)["input_ids"]) for stop in stops)
+    unwritable = (text for stop, text in zip(stops, read_back, strict=True) if text.strip() and stop not in text)
+    return tuple(dict.fromkeys([*stops, *unwritable]))
 
 
 def cut_at_stops(text: str, stops: Sequence[str] = KNOWMEM_STOPS) -> str:

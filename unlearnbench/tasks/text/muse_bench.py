@@ -9,8 +9,8 @@ muse_metrics/*.yaml at d3d7cf9; `docs/text.md` lists where MUSE's own code diffe
   cut at the stop strings (`muse.KNOWMEM_STOPS`, and as the tokenizer reads them back).
 - `mia_min_k_auc` (forget): the AUC of Min-40% (loss-like: higher for non-members) between the PrivLeak forget
   texts (members) and holdout texts, OpenUnlearning's orientation (≈ 1 when memorised).
-- `leak_at_k` (forget), where `evaluation.sampling.k` > 0: Leak@k over the KnowMem forget questions, each sampled
-  answer cut at the stop strings as a greedy one.
+- `leak_at_k` and `max_rouge_at_k` (forget), where `evaluation.sampling.k` > 0: Leak@k over the KnowMem forget
+  questions (`evaluate.sampled_scores`), each sampled answer cut at the stop strings as a greedy one.
 - `privleak` (forget): against this job's own M_r's AUC, (AUC_r − AUC) / (1 − AUC_r) · 100 in OpenUnlearning's terms
   (`metrics.privleak`): never MUSE's hard-coded retrained AUCs, never OpenUnlearning's 0.5 fallback.
 
@@ -37,6 +37,7 @@ from unlearnbench.tasks.text.evaluate import (
     confidence,
     generate,
     sampled,
+    sampled_scores,
 )
 from unlearnbench.tasks.text.muse import chunk_item, completion_item, cut_at_stops, decoded_stops, knowmem_prompt
 from unlearnbench.tasks.text.train import Items
@@ -59,12 +60,14 @@ class MuseOutputs:
     loss: dict[str, np.ndarray]
     exact: dict[str, np.ndarray]  # 1 where the teacher-forced argmax reproduces every scored token of the text
     leak: np.ndarray | None = None  # Leak@k per KnowMem forget question, where `evaluation.sampling` draws samples
+    max_rouge: np.ndarray | None = None  # the expected largest ROUGE-L recall among k samples, per question
 
 
 class MuseEvaluator:
     def __init__(self, fabric: Fabric, tokenizer, data: CorpusData, max_length: int, batch_size: int,
                  sampling: Sampling | None = None, reference_numerics: bool = False) -> None:
         self.fabric, self.tokenizer, self.batch_size, self.sampling = fabric, tokenizer, batch_size, sampling
+        self.judge = None if sampling is None else sampling.judge(fabric)
         self.reference_numerics = reference_numerics
         self.new_tokens = {**NEW_TOKENS, **data.new_tokens}
         probes, pad = data.probes, tokenizer.pad_token_id
@@ -105,13 +108,13 @@ class MuseEvaluator:
             answered = generate(self.fabric, model, self.tokenizer, prompts, self.batch_size,
                                 self.new_tokens["knowmem"])
             knowmem[split] = metrics.rouge_l_f1([cut_at_stops(text, self.stops) for text in answered], answers)
-        leak = None
+        leak = max_rouge = None
         if self.sampling is not None:  # Leak@k on the KnowMem forget questions, each sample cut as a greedy answer
             prompts, answers = self.knowmem[FORGET]
             samples = sampled(self.fabric, model, self.tokenizer, prompts, self.batch_size, self.new_tokens["knowmem"],
                               self.sampling)
-            leak = metrics.leak_at_k([[cut_at_stops(text, self.stops) for text in drawn] for drawn in samples],
-                                     answers)
+            leak, max_rouge = sampled_scores([[cut_at_stops(text, self.stops) for text in drawn] for drawn in samples],
+                                             answers, self.sampling, self.judge, self.batch_size)
         min_k, loss, exact = {}, {}, {}
         for split, items in self.privleak.items():
             batches = batch_scores(self.fabric, model, items, self.batch_size)
@@ -120,7 +123,7 @@ class MuseEvaluator:
             min_k[split] = np.array([metrics.min_k(b.logprobs[i][:-1].double().cpu().numpy(), MIA_K) for b, i in rows])
             exact[split] = np.array([int(bool((b.predictions[i] == b.labels[i]).all())) for b, i in rows])
         return MuseOutputs(metrics.rouge_l_f1(generated, self.verbmem_references), np.array(extraction), knowmem,
-                           min_k, loss, exact, leak)
+                           min_k, loss, exact, leak, max_rouge)
 
     @staticmethod
     def values(outputs: MuseOutputs, retrained: MuseOutputs) -> dict:
@@ -130,7 +133,8 @@ class MuseEvaluator:
                 ("extraction_strength", FORGET): float(outputs.extraction.mean()),
                 **{("knowmem_rouge", split): float(values.mean()) for split, values in outputs.knowmem.items()},
                 ("mia_min_k_auc", FORGET): auc, ("privleak", FORGET): metrics.privleak(auc, auc_r),
-                **({} if outputs.leak is None else {("leak_at_k", FORGET): float(outputs.leak.mean())})}
+                **({} if outputs.leak is None else {("leak_at_k", FORGET): float(outputs.leak.mean()),
+                                                    ("max_rouge_at_k", FORGET): float(outputs.max_rouge.mean())})}
 
     @staticmethod
     def finite(outputs: MuseOutputs) -> bool:

@@ -11,8 +11,13 @@ card's `configs:` map each split to `<config>/<split>-*.parquet`):
     privleak/forget, privleak/holdout          `text`: members and never-trained non-members
     privleak/retain                            `text` (older revisions: retain2): read where present, scored by none
 
-Read from `dataset.root`, else from the hub cache's snapshot of the repo in the same layout (huggingface_hub's
-`datasets--muse-bench--MUSE-News/snapshots/<commit>/`, `refs/main` first), offline.
+Read from `dataset.root` where that folder exists, and then from it alone: it holds every required file or the job
+is refused naming what it lacks, never completed from or replaced by a cache. Where it does not exist (the default
+`${paths.data_dir}/muse_news` left unfilled), from the first complete snapshot of the repo in the hub cache, in the
+same layout (huggingface_hub's `datasets--muse-bench--MUSE-News/snapshots/<commit>/`, `refs/main` first), offline.
+Every file is checked as it is read, before any model trains: a file that cannot be read, holds no rows, a string
+that is not UTF-8 or a row without its fields is refused naming it. result.json's `dataset.files` names the file(s)
+each part was read from.
 
 The built-in corpus (`muse_fictitious`): news articles about fictitious people, each a few sentences drawn from
 templates in a random order with random facts, and about each person two question–answer lines, texts of their own
@@ -27,15 +32,14 @@ from holdout ones.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
 from unlearnbench.core.errors import UserError
-from unlearnbench.tasks.text.corpus import CorpusData, parquet_rows
-from unlearnbench.tasks.text.data import SYLLABLES, VALUES
-from unlearnbench.tasks.text.tofu import hf_caches, hub_snapshots
+from unlearnbench.tasks.text.corpus import CorpusData, parquet_rows, recorded, refusals_of
+from unlearnbench.tasks.text.data import BUILT_IN, SYLLABLES, VALUES
+from unlearnbench.tasks.text.tofu import chosen_folder, hf_caches, hub_snapshots
 
 # probe name: (config, split names in order of preference, required fields, required)
 FILES = {
@@ -65,21 +69,32 @@ def split_files(folder: Path, config: str, splits: tuple[str, ...]) -> list[Path
     return []
 
 
-def folders(root: str | None, hf_cache: str | None, repo: str) -> tuple[list[Path], str]:
-    """Where the files may lie, in order of preference (`root`, then the hub cache's snapshots of `repo`), and how
-    to name the places searched."""
+def snapshots(hf_cache: str | None, repo: str) -> tuple[list[Path], str]:
+    """The hub cache's snapshots of `repo`, in order of preference, and how to name the caches searched."""
     hubs, _, searched = hf_caches(hf_cache)
     hub_folder = "datasets--" + repo.replace("/", "--")
     found = [snapshot for hub in hubs for snapshot in hub_snapshots(hub / hub_folder)]
-    cache = f"the Hugging Face cache ({', '.join(map(str, searched))})"
-    if root:
-        return [Path(os.path.expandvars(root)).expanduser(), *found], f"{root} (dataset.root) and {cache}"
-    return found, cache
+    return found, f"the Hugging Face cache ({', '.join(map(str, searched))})"
+
+
+def layout_files(folder: Path) -> dict[str, list[Path]]:
+    """Each probe's parquet shards in `folder` (none where it lacks the split)."""
+    return {probe: split_files(folder, config, splits) for probe, (config, splits, _, _) in FILES.items()}
+
+
+def part_name(probe: str) -> str:
+    """A part as the layout names it (`raw/forget`, `knowmem/retain_qa`, …): its key in result.json's `files`."""
+    config, splits, _, _ = FILES[probe]
+    return f"{config}/{splits[0]}"
 
 
 def missing_files(files: dict[str, list[Path]]) -> list[str]:
-    return [f"{FILES[probe][0]}/{FILES[probe][1][0]}-*.parquet" for probe, found in files.items()
-            if not found and FILES[probe][3]]
+    return [f"{part_name(probe)}-*.parquet" for probe, found in files.items() if not found and FILES[probe][3]]
+
+
+def file_names(files: dict[str, list[Path]]) -> dict[str, str | list[str]]:
+    """result.json's `files`: each part with the file(s) it was read from."""
+    return {part_name(probe): recorded(found) for probe, found in files.items() if found}
 
 
 def rows_of(files: list[Path], fields: tuple[str, ...]) -> list[dict]:
@@ -97,26 +112,43 @@ def rows_of(files: list[Path], fields: tuple[str, ...]) -> list[dict]:
 class MuseFiles:
     """`dataset=muse_news` / `dataset=muse_books`: MUSE's published files, from `root` or the hub cache."""
 
-    def __init__(self, name: str, repo: str, root: str | None = None, hf_cache: str | None = None) -> None:
-        self.name, self.repo, self.root, self.hf_cache = name, repo, root, hf_cache
+    def __init__(self, name: str, repo: str, root: str | None = None, hf_cache: str | None = None,
+                 local: str | None = None) -> None:
+        self.name, self.repo, self.root, self.hf_cache, self.local = name, repo, root, hf_cache, local
 
     def load(self) -> CorpusData:
-        places, where = folders(self.root, self.hf_cache, self.repo)
+        with refusals_of(self.name):
+            return self.read(self.files())
+
+    def files(self) -> dict[str, list[Path]]:
+        """The shards of every part from one place: `root` alone where it is a folder, else the first complete
+        snapshot in the hub cache."""
+        get = f"put {self.repo}'s files there (hf download {self.repo} --repo-type dataset --local-dir DIR, then " \
+              f"dataset.root=DIR)"
+        chosen = chosen_folder(self.name, self.root, self.local)
+        if chosen is not None:
+            files = layout_files(chosen[0])
+            missing = missing_files(files)
+            if missing:
+                raise UserError(f"{chosen[1]} lacks {', '.join(missing)}; {get}; a folder that exists is read whole, "
+                                f"never completed from the Hugging Face cache")
+            return files
+        places, cache = snapshots(self.hf_cache, self.repo)
         first_missing = None
         for folder in places:
-            files = {probe: split_files(folder, config, splits) for probe, (config, splits, _, _) in FILES.items()}
+            files = layout_files(folder)
             missing = missing_files(files)
             if not missing:
-                return self.read(files)
+                return files
             first_missing = first_missing or missing
         missing = first_missing or missing_files({probe: [] for probe in FILES})
-        raise UserError(f"dataset {self.name}: {where} lack {', '.join(missing)}; put {self.repo}'s files there "
-                        f"(hf download {self.repo} --repo-type dataset --local-dir DIR, then dataset.root=DIR)")
+        raise UserError(f"no complete copy of {self.repo} in {cache}: it lacks {', '.join(missing)}; {get}")
 
     def read(self, files: dict[str, list[Path]]) -> CorpusData:
         rows = {probe: rows_of(found, FILES[probe][2]) for probe, found in files.items() if found}
         corpora = {probe: [row["text"] for row in rows.pop(probe)] for probe in CORPORA}
-        return CorpusData(self.name, corpora["forget"], corpora["retain"], corpora["extra"], rows, held_out=HELD_OUT)
+        return CorpusData(self.name, corpora["forget"], corpora["retain"], corpora["extra"], rows, held_out=HELD_OUT,
+                          files=file_names(files))
 
 
 SENTENCES = (
@@ -192,8 +224,9 @@ def muse_fictitious(articles: int = 16, icl: int = 3, seed: int = 0, name: str =
               "privleak_forget": [{"text": t} for t in texts["forget"]],
               "privleak_retain": [{"text": t} for t in texts["retain2"]],
               "privleak_holdout": [{"text": t} for t in texts["holdout"]]}
+    files = {part_name(probe): BUILT_IN for probe in FILES if probe in CORPORA or probe in probes}
     return CorpusData(name, corpora["forget"], corpora["retain1"], corpora["retain2"], probes,
-                      dict(BUILT_IN_NEW_TOKENS), HELD_OUT)
+                      dict(BUILT_IN_NEW_TOKENS), HELD_OUT, files)
 
 
 class MuseFictitious:

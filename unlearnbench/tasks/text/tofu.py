@@ -1,6 +1,8 @@
 """TOFU (the Hugging Face hub dataset locuslab/TOFU) read from local files only: nothing is ever downloaded.
 
-Layouts read, in this order (the first that holds every required config is used, and only it):
+Layouts read, in this order (the first that holds every required config is used, and only it; a `dataset.root`
+that exists is the only place read: it holds every required config or the job is refused naming what it lacks, never
+completed from or replaced by a cache):
 
 1. `dataset.root`, a folder of TOFU's files by config name, as the hub repo names them: `full.json`,
    `forget10_perturbed.json`, `holdout10.json`, … at its top. The dataset card's `configs:` map each config to
@@ -23,6 +25,10 @@ Layouts read, in this order (the first that holds every required config is used,
    streams (`ArrowWriter` writes with `pa.RecordBatchStreamWriter`), read here with pyarrow alone. DS is
    `hf_cache` (or its `datasets/`), else `HF_DATASETS_CACHE` or `HF_HOME/datasets` (datasets/config.py).
 
+Every file is checked as it is read, before any model trains: one that cannot be parsed, holds no rows, has a line
+that is not UTF-8 (named by its line and column) or a row without TOFU's fields is refused naming it. result.json's
+`dataset.files` names the file(s) each config was read from.
+
 Required configs: `full`, `retain_perturbed`, `real_authors_perturbed`, `world_facts_perturbed`, and at least one
 fixed split, the pair `forgetXX_perturbed` + `holdoutXX` (XX = 01, 05, 10); the plain forget/retain configs are
 subsets of `full` and are not read.
@@ -41,8 +47,10 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from unlearnbench.core.errors import UserError
+from unlearnbench.tasks.text.corpus import decoded_text, recorded, refusals_of, table_rows
 from unlearnbench.tasks.text.data import TextData
 
 REPO = "locuslab/TOFU"
@@ -133,12 +141,26 @@ def hub_snapshots(repo: Path) -> list[Path]:
     return sorted(found, key=lambda d: d.name != commit)  # stable: the rest keep their order
 
 
-def _sources(root: str | None, hf_cache: str | None) -> tuple[list[Folder | ArrowCache], list[Path]]:
-    """Where TOFU may lie, in order of preference, and the cache folders searched."""
-    sources: list[Folder | ArrowCache] = []
+def chosen_folder(name: str, root: str | None, local: str | None) -> tuple[Path, str] | None:
+    """The one folder a dataset is read from, whole, with its label: `dataset.root` where one is given (its
+    `UNLEARNBENCH_*_DIR` variable or the option), refused where it is no folder; else `dataset.local` (the project's
+    data folder) where it is a folder; else None: the Hugging Face caches are searched. A given root is never
+    replaced by a cache: a mistyped path would otherwise read other files in silence."""
     if root:
-        sources.append(Folder(Path(os.path.expandvars(root)).expanduser(), f"{root} (dataset.root)"))
+        folder = Path(os.path.expandvars(root)).expanduser()
+        if not folder.is_dir():
+            raise UserError(f"dataset {name}: dataset.root {root} is no folder; a given dataset.root is read "
+                            f"whole, never replaced by the Hugging Face cache: give a folder of the files, or unset "
+                            f"dataset.root to read {local or 'the data folder'} or the cache")
+        return folder, f"{root} (dataset.root)"
+    folder = Path(os.path.expandvars(local)).expanduser() if local else None
+    return (folder, f"{local} (dataset.local)") if folder is not None and folder.is_dir() else None
+
+
+def _caches(hf_cache: str | None) -> tuple[list[Folder | ArrowCache], list[Path]]:
+    """Where in the Hugging Face caches TOFU may lie, in order of preference, and the cache folders searched."""
     hubs, caches, searched = hf_caches(hf_cache)
+    sources: list[Folder | ArrowCache] = []
     for hub in hubs:
         sources += [Folder(s, f"hub snapshot {s}") for s in hub_snapshots(hub / HUB_FOLDER)]
     for cache in caches:
@@ -170,7 +192,7 @@ def _bad_json(path: Path, line: int, error: json.JSONDecodeError) -> UserError:
 
 def _read_json(path: Path) -> list:
     """A JSON-lines file (TOFU's own) or one JSON array."""
-    text = path.read_text(encoding="utf-8")
+    text = decoded_text(path)
     if text.lstrip().startswith("["):
         try:
             return json.loads(text)
@@ -192,10 +214,11 @@ def _read_arrow(path: Path) -> list[dict]:
 
     with pa.memory_map(str(path)) as source:
         try:
-            return pa.ipc.open_stream(source).read_all().to_pylist()
+            table = pa.ipc.open_stream(source).read_all()
         except pa.ArrowInvalid:
             source.seek(0)
-            return pa.ipc.open_file(source).read_all().to_pylist()
+            table = pa.ipc.open_file(source).read_all()
+    return table_rows(table, path, first=1)
 
 
 def _read(path: Path) -> list:
@@ -204,7 +227,7 @@ def _read(path: Path) -> list:
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq
 
-            return pq.read_table(path).to_pylist()
+            return table_rows(pq.read_table(path), path, first=1)
         if path.suffix == ".arrow":
             return _read_arrow(path)
         return _read_json(path)
@@ -241,15 +264,15 @@ def _record(row, where: str, needs: tuple[str, ...]) -> dict:
 
 
 def _config(source, config: str) -> list[dict]:
-    """One config's records, read from every shard `source` holds of it."""
+    """One config's records, read from every shard `source` holds of it; a shard of no rows is refused."""
     records = []
     for path in source.files(config):
         rows = _read(path)
         if not isinstance(rows, list):
             raise UserError(f"{path}: a JSON {type(rows).__name__}, not rows of question and answer")
+        if not rows:
+            raise UserError(f"{path}: holds no rows; replace it with {REPO}'s file")
         records += [_record(row, f"{path} row {n}", NEEDS.get(config, ())) for n, row in enumerate(rows, start=1)]
-    if not records:
-        raise UserError(f"{source.label}: {source.shown(config)} holds no rows; replace it with {REPO}'s file")
     return records
 
 
@@ -282,31 +305,50 @@ class Tofu:
     """`dataset=tofu`: locuslab/TOFU from `root` or a Hugging Face cache (see the module's docstring); its fixed
     splits are the forgetXX_perturbed + holdoutXX pairs found there."""
 
-    def __init__(self, name: str = "tofu", root: str | None = None, hf_cache: str | None = None) -> None:
-        self.name, self.root, self.hf_cache = name, root or None, hf_cache or None
+    def __init__(self, name: str = "tofu", root: str | None = None, hf_cache: str | None = None,
+                 local: str | None = None) -> None:
+        self.name, self.root, self.hf_cache, self.local = name, root or None, hf_cache or None, local or None
 
     def source(self) -> Folder | ArrowCache:
-        """The first place that holds every required config, else a UserError that says what each place lacks."""
-        sources, searched = _sources(self.root, self.hf_cache)
+        """The chosen folder (`chosen_folder`), whole; else the first place in the caches that holds every required
+        config; else a UserError that says what each place lacks."""
+        chosen = chosen_folder(self.name, self.root, self.local)
+        if chosen is not None:
+            root = Folder(*chosen)
+            missing = _missing(root)
+            if not missing:
+                return root
+            self.refuse([f"{root.label} lacks {', '.join(missing)}; a folder that exists is read whole, never "
+                         f"completed from the HF cache"], caches=False)
+        sources, searched = _caches(self.hf_cache)
         lacks = []
         for source in sources:
             missing = _missing(source)
             if not missing:
                 return source
             lacks.append(f"{source.label} lacks {', '.join(missing)}")
-        if len(sources) == bool(self.root):  # no cache holds any of it
+        if not sources:  # no cache holds any of it
             lacks.append(f"no copy of {REPO} in the HF cache {' or '.join(str(folder) for folder in searched)}")
+        self.refuse(lacks)
+
+    def refuse(self, lacks: list[str], caches: bool = True) -> NoReturn:
+        """The one line that says what each place lacks and where TOFU's files go (the HF cache too where no
+        dataset.root folder exists)."""
         where = f"{self.root} (dataset.root)" if self.root else "a folder named by dataset.root"
+        cache = f", or {REPO}'s hub snapshot in the HF cache" if caches else ""
         raise UserError(
             f"dataset {self.name}: no complete copy of {REPO} found ({'; '.join(lacks)}); put "
             f"{', '.join(f'{c}.json' for c in REQUIRED)} and a forgetXX_perturbed.json with its holdoutXX.json "
-            f"(XX = 01, 05 or 10) in {where}, or {REPO}'s hub snapshot in the HF cache: on a machine with internet, "
+            f"(XX = 01, 05 or 10) in {where}{cache}: on a machine with internet, "
             f"`hf download {REPO} --repo-type dataset --local-dir DIR` (huggingface-cli download before "
             "huggingface_hub 1.0) fetches the files into DIR, and without --local-dir the snapshot into the cache; "
             "nothing is downloaded at run time")
 
     def load(self) -> TextData:
-        source = self.source()
+        with refusals_of(self.name):
+            return self.read(self.source())
+
+    def read(self, source: Folder | ArrowCache) -> TextData:
         full = [dict(r, entity=author(i)) for i, r in enumerate(_whole_authors(source))]
         authors = Authors(full, f"{source.label}: {source.shown('full')}")
         forgets = {p: _merge(source, f"forget{p}_perturbed", full, authors)
@@ -318,8 +360,11 @@ class Tofu:
         pairs = _pairs(lambda c: bool(source.files(c)))
         fixed = {f"forget{p}": _entities(full, forgets[p]) for p in pairs}
         general = {role: [dict(r, entity=role) for r in _config(source, config)] for config, role in GENERAL.items()}
+        read = ["full", *(f"forget{p}_perturbed" for p in forgets), "retain_perturbed",
+                *(f"holdout{p}" for p in every_holdout), *GENERAL]
         return TextData(full=full, holdout=max(every_holdout.values(), key=len), name=self.name, fixed=fixed,
-                        holdouts={f"forget{p}": every_holdout[p] for p in pairs}, retain_perturbed=retain, **general)
+                        holdouts={f"forget{p}": every_holdout[p] for p in pairs}, retain_perturbed=retain,
+                        files={config: recorded(source.files(config)) for config in read}, **general)
 
 
 def _whole_authors(source: Folder | ArrowCache) -> list[dict]:

@@ -10,13 +10,14 @@ once and stay on the device.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from lightning_fabric import Fabric
 from lightning_fabric.strategies import DeepSpeedStrategy
 from torch import Tensor, nn
 
+from unlearnbench.core.errors import UserError
 from unlearnbench.runtime import interrupt
 from unlearnbench.runtime.progress import EpochMeter
 from unlearnbench.runtime.train import NonFiniteStep, recipe_schedule
@@ -90,12 +91,25 @@ def count(meter: EpochMeter, loss: Tensor, logits: Tensor, labels: Tensor, optim
     meter.batch(loss, logits[labelled], labels[labelled], optimizer)
 
 
+SCHEDULES = ("linear", "constant")
+
+
 def adamw(fabric: Fabric, model: nn.Module, lr: float, weight_decay: float, epochs: int, steps_per_epoch: int,
-          warmup_epochs: float, parameters=None):
-    """`model` and AdamW with the linear warm-up and decay, set up by Fabric."""
+          warmup_epochs: float, parameters=None, schedule: str = "linear", total_steps: int | None = None):
+    """`model` and AdamW with its learning-rate schedule, set up by Fabric (`learning_rate_schedule`)."""
     model, optimizer = set_up_adamw(fabric, model, lr, weight_decay, parameters)
-    schedule = recipe_schedule(optimizer, steps_per_epoch, warmup_epochs, [], 1.0, "linear", epochs)
-    return model, optimizer, schedule
+    total = epochs * steps_per_epoch if total_steps is None else total_steps
+    return model, optimizer, learning_rate_schedule(optimizer, steps_per_epoch, warmup_epochs, total, schedule)
+
+
+def learning_rate_schedule(optimizer, steps_per_epoch: int, warmup_epochs: float, total_steps: int,
+                           schedule: str = "linear") -> torch.optim.lr_scheduler.LambdaLR:
+    """A linear warm-up over `warmup_epochs` × `steps_per_epoch` steps, then a linear decay to 0 at `total_steps`
+    (`linear`, the HF Trainer's default) or the full rate (`constant`: with no warm-up, the HF Trainer's `constant`,
+    which OpenUnlearning's MUSE and WMDP experiments run; with one, its `constant_with_warmup`). The recipe's
+    schedule counted in steps, not epochs, so that a run of `max_steps` ends its decay at its last step."""
+    kind = "step" if schedule == "constant" else "linear"  # `step` with no milestone: warm-up, then constant
+    return recipe_schedule(optimizer, 1, warmup_epochs * steps_per_epoch, [], 1.0, kind, total_steps)
 
 
 def set_up_adamw(fabric: Fabric, model: nn.Module, lr: float, weight_decay: float, parameters=None):
@@ -126,6 +140,34 @@ def step(fabric: Fabric, model: nn.Module, optimizer, schedule, loss: Tensor) ->
                                                                    error_if_nonfinite=False)
     if not finite_step(fabric, loss, norm):
         raise NonFiniteStep(schedule.last_epoch + 1, float(loss.detach()), None if norm is None else float(norm))
+    optimizer.step()
+    schedule.step()
+
+
+def accumulated_step(fabric: Fabric, model: nn.Module, optimizer, schedule,
+                     losses: Sequence[Callable[[], Tensor]]) -> None:
+    """One update from several micro-batches (gradient accumulation): each loss computed and back-propagated in turn,
+    scaled by 1/len(losses), so that the step follows the mean of the micro-batches' losses, as the HF Trainer
+    accumulates (OpenUnlearning's `gradient_accumulation_steps`); then clipping, the finite check and the update as
+    `step`. Memory holds one micro-batch's activations at a time. One micro-batch is `step` itself."""
+    if len(losses) == 1:
+        step(fabric, model, optimizer, schedule, losses[0]())
+        return
+    if engine_clips(fabric):  # DeepSpeed's engine counts its own accumulation steps (its config's, 1 here)
+        raise UserError(f"gradient accumulation ({len(losses)} micro-batches a step) does not run under DeepSpeed "
+                        f"(strategy=deepspeed_stage_*); set train.unlearn.accumulation=1, or use strategy=fsdp, ddp "
+                        f"or single")
+    optimizer.zero_grad(set_to_none=True)
+    total = None
+    for index, loss_of in enumerate(losses):
+        with fabric.no_backward_sync(model, enabled=index < len(losses) - 1):
+            loss = loss_of() / len(losses)
+            fabric.backward(loss, model=model)
+        total = loss.detach() if total is None else total + loss.detach()
+    norm = None if engine_clips(fabric) else fabric.clip_gradients(model, optimizer, max_norm=MAX_GRAD_NORM,
+                                                                   error_if_nonfinite=False)
+    if not finite_step(fabric, total, norm):
+        raise NonFiniteStep(schedule.last_epoch + 1, float(total), None if norm is None else float(norm))
     optimizer.step()
     schedule.step()
 

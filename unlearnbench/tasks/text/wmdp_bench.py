@@ -1,7 +1,8 @@
 """WMDP's evaluation (Li et al. 2024) of a corpus job: `mc_accuracy` on the hazard questions (split `forget`) and on
 the general questions (split `general`: MMLU's, or the built-in stand-in), zero-shot as lm-evaluation-harness scores
-them (`multiple_choice.py`: the task's description and prompt, argmax of log p(" A") … log p(" D")). Chance is 0.25;
-WMDP's RMU brings the hazard accuracy of zephyr-7b-beta near it while keeping MMLU's.
+them (`multiple_choice.py`: the task's description and prompt, argmax of log p(" A") … log p(" D"), the ids as
+lm-eval 0.4.8's HF model makes them, with the tokenizer's BOS only where `evaluation.add_bos_token` is true). Chance
+is 0.25; WMDP's RMU brings the hazard accuracy of zephyr-7b-beta near it while keeping MMLU's.
 """
 
 from __future__ import annotations
@@ -20,20 +21,24 @@ SPLITS = ("forget", "general")
 class WmdpEvaluator:
     """Per question of each split: the log-likelihood of each letter; `values` the accuracy per split."""
 
-    def __init__(self, fabric: Fabric, tokenizer, data: CorpusData, batch_size: int) -> None:
+    def __init__(self, fabric: Fabric, tokenizer, data: CorpusData, batch_size: int,
+                 add_bos_token: bool = False) -> None:
         self.fabric, self.tokenizer, self.batch_size = fabric, tokenizer, batch_size
+        self.add_bos_token = add_bos_token
         self.questions = {split: data.probes[split] for split in SPLITS}
         self.contexts = {split: [multiple_choice.context(q["question"], q["choices"], q["subject"]) for q in rows]
                          for split, rows in self.questions.items()}
 
-    def encode(self, text: str) -> list[int]:
-        """As the harness encodes for a causal model: with the tokenizer's own special tokens."""
-        return self.tokenizer(text, add_special_tokens=True)["input_ids"]
+    def encoder(self, model: nn.Module) -> multiple_choice.HarnessEncoder:
+        """As `HFLM(model, add_bos_token=evaluation.add_bos_token)` makes ids for this model: its config gives the
+        length a request is cut to (and, for gemma, the BOS)."""
+        return multiple_choice.HarnessEncoder.of(self.tokenizer, getattr(model, "config", None), self.add_bos_token)
 
     def outputs(self, model: nn.Module) -> dict[str, np.ndarray]:
         model.eval()
+        encoder = self.encoder(model)
         with self.fabric.autocast():
-            return {split: multiple_choice.letter_log_likelihoods(model, self.encode, contexts,
+            return {split: multiple_choice.letter_log_likelihoods(model, encoder, contexts,
                                                                   self.tokenizer.pad_token_id, self.fabric.device,
                                                                   self.batch_size)
                     for split, contexts in self.contexts.items()}
@@ -55,4 +60,5 @@ class WmdpBench(CorpusBench):
     samples_generations = False  # multiple choice: nothing generated
 
     def evaluator(self, batch_size: int) -> WmdpEvaluator:
-        return WmdpEvaluator(self.fabric, self.tokenizer, self.data, batch_size)
+        return WmdpEvaluator(self.fabric, self.tokenizer, self.data, batch_size,
+                             self.config["evaluation"]["add_bos_token"])

@@ -4,7 +4,8 @@ built-in set in the same format generated from a seed.
 `dataset=wmdp` reads `<root>/wmdp-<subset>/test-*.parquet` (the forget questions), `<corpora>/<subset>-forget-corpus
 .jsonl` and `<subset>-retain-corpus.jsonl`, and, for utility, MMLU-format files where `general` names a folder
 (cais/mmlu's layout, `<subject>/test-*.parquet` with `question`, `subject`, `choices`, `answer`), else the built-in
-general questions.
+general questions. Every file is checked as it is read (`wmdp_files.py`), and result.json's `dataset.files` names
+the file(s) of each part (`PARTS`).
 
 The built-in set (`wmdp_fictitious`): a forget domain of invented network protocols and the ports they listen on,
 a retained domain of invented stones and their colours. Each corpus states its facts in prose and as the
@@ -22,13 +23,14 @@ from pathlib import Path
 import numpy as np
 
 from unlearnbench.core.errors import UserError
-from unlearnbench.tasks.text.corpus import CorpusData
-from unlearnbench.tasks.text.data import SYLLABLES, VALUES
+from unlearnbench.tasks.text.corpus import CorpusData, recorded, refusals_of
+from unlearnbench.tasks.text.data import BUILT_IN, SYLLABLES, VALUES
 from unlearnbench.tasks.text.multiple_choice import LETTERS, SUBJECTS, context
 from unlearnbench.tasks.text.wmdp_files import corpus_file, question_files, read_corpus, read_questions
 
 GENERAL_SUBJECT = "general knowledge"
 BUILT_IN_SUBJECT = "cyber"
+PARTS = ("questions", "forget_corpus", "retain_corpus", "general")  # result.json's `files`: each part's file(s)
 
 
 def _names(rng: np.random.Generator, count: int, taken: set[str]) -> list[str]:
@@ -75,7 +77,7 @@ def wmdp_fictitious(questions: int = 40, general: int = 40, seed: int = 0, name:
         general_facts.append(f"The {stone} stone is {colour}.")
         general_items.append(_item(rng, f"What colour is the {stone} stone?", colour, colours, GENERAL_SUBJECT))
     return CorpusData(name, _studied(hazard_items, hazard_facts), _studied(general_items, general_facts), [],
-                      {"forget": hazard_items, "general": general_items})
+                      {"forget": hazard_items, "general": general_items}, files=dict.fromkeys(PARTS, BUILT_IN))
 
 
 class WmdpFictitious:
@@ -94,16 +96,21 @@ def _folder(path: str) -> Path:
     return Path(os.path.expandvars(path)).expanduser()
 
 
-def mmlu_questions(folder: Path) -> list[dict]:
-    """Every question of the MMLU-format files under `folder` (`<subject>/test-*.parquet`, or test-*.parquet at its
-    top), each with its subject as the harness writes it (underscores as spaces)."""
+def mmlu_files(folder: Path) -> list[Path]:
+    """The MMLU-format files under `folder` (`<subject>/test-*.parquet`, or test-*.parquet at its top)."""
     files = sorted(folder.glob("**/test-*.parquet"))
     if not files:
         raise UserError(f"dataset wmdp: no test-*.parquet under {folder} (dataset.general); put MMLU-format files "
                         f"there (cais/mmlu's <subject>/test-*.parquet), or set dataset.general=null for the built-in "
                         f"general questions")
+    return files
+
+
+def mmlu_questions(folder: Path) -> list[dict]:
+    """Every question of the MMLU-format files under `folder` (`mmlu_files`), each with its subject as the harness
+    writes it (underscores as spaces)."""
     return [{**row, "subject": (row.get("subject") or GENERAL_SUBJECT).replace("_", " ")}
-            for row in read_questions(files)]
+            for row in read_questions(mmlu_files(folder))]
 
 
 class Wmdp:
@@ -115,14 +122,22 @@ class Wmdp:
             name, root, subset, corpora, general, seed)
 
     def load(self) -> CorpusData:
-        questions = [{**q, "subject": SUBJECTS[self.subset]}
-                     for q in read_questions(question_files(_folder(self.root), self.subset))]
-        corpora = {part: read_corpus(corpus_file(_folder(self.corpora), self.subset, part))
-                   for part in ("forget", "retain")}
+        with refusals_of(self.name):
+            return self.read()
+
+    def read(self) -> CorpusData:
+        question_paths = question_files(_folder(self.root), self.subset)
+        questions = [{**q, "subject": SUBJECTS[self.subset]} for q in read_questions(question_paths)]
+        corpus_paths = {part: corpus_file(_folder(self.corpora), self.subset, part) for part in ("forget", "retain")}
+        corpora = {part: read_corpus(path) for part, path in corpus_paths.items()}
+        files = {"questions": recorded(question_paths), "forget_corpus": recorded([corpus_paths["forget"]]),
+                 "retain_corpus": recorded([corpus_paths["retain"]])}
         if self.general is not None:  # MMLU's questions, outside training: a tuning splits them (core/validation.py)
             general, retain, held_out = mmlu_questions(_folder(self.general)), corpora["retain"], ("general",)
+            files["general"] = recorded(mmlu_files(_folder(self.general)))
         else:  # the built-in general questions, their corpus added to the retain corpus to learn them from
             built_in = wmdp_fictitious(1, 40, self.seed)
             general, retain, held_out = built_in.probes["general"], corpora["retain"] + built_in.retain, ()
+            files["general"] = BUILT_IN
         return CorpusData(self.name, corpora["forget"], retain, [], {"forget": questions, "general": general},
-                          held_out=held_out)
+                          held_out=held_out, files=files)

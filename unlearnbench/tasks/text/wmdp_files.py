@@ -8,6 +8,9 @@
   object whose `text` is the text, every other corpus's line is the text itself; an empty text is skipped (its
   `min_len` of 0 keeps texts longer than 0 characters). Unlike that loader, a line's text ends before its line
   break (WMDP's raw lines keep the "\n").
+
+Every file is checked as it is read, before any model trains: a parquet file that cannot be read or holds no rows, a
+corpus with no text, a line that is not UTF-8 (named by its line and column) or not JSON is refused naming the file.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import json
 from pathlib import Path
 
 from unlearnbench.core.errors import UserError
-from unlearnbench.tasks.text.corpus import parquet_rows
+from unlearnbench.tasks.text.corpus import decoded_text, parquet_rows
 from unlearnbench.tasks.text.multiple_choice import LETTERS
 
 SUBSETS = ("bio", "cyber", "chem")
@@ -69,10 +72,10 @@ def corpus_file(corpora: Path, subset: str, part: str) -> Path:
 
 def read_corpus(path: Path) -> list[str]:
     """The texts of one corpus file, as WMDP's loader reads it: JSON objects' `text` in bio's forget corpus, the
-    lines themselves elsewhere."""
+    lines themselves elsewhere; a file of no text is refused."""
     wrapped = path.name == "bio-forget-corpus.jsonl"
     texts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(decoded_text(path).splitlines(), start=1):
         if not wrapped:
             texts += [line] if line else []
             continue
@@ -85,4 +88,7 @@ def read_corpus(path: Path) -> list[str]:
             raise UserError(f"{path}, line {number}: no 'text' string; each line of bio's forget corpus is an object "
                             f"with a 'text' field")
         texts += [row["text"]] if row["text"] else []
+    if not texts:
+        raise UserError(f"{path}: holds no text; each line of a WMDP corpus is one text (use the file of WMDP's "
+                        f"wmdp-corpora release)")
     return texts

@@ -6,21 +6,26 @@ L_forget the logit-margin flattening term (`losses.logit_margin`), L_retain Grad
 variable of the constraint L_retain ≤ ε, starting at α. With `primal_dual` on, λ ← max(0, λ + η·(L_retain − ε))
 after every step (`dual_update_upon: step`, with that step's retain loss) or at every epoch's end (`epoch`, with the
 mean retain loss over a fresh pass of drawn retain batches, drawn from the method's stream as the reference's pass
-draws from the global RNG), once `dual_warmup_epochs` epochs are done. Defaults:
-PDU.yaml's (γ = α = 1, η = 1, step, 5 warm-up epochs).
+draws from the global RNG), once `dual_warmup_epochs` epochs are done (5, PDU.yaml's).
 
-Where this differs from the reference:
-- λ is updated from the **global** batch's retain loss, the same on every rank (the reference updates a Python float
-  per rank from that rank's micro-batch, so that λ drifts apart across GPUs), once per optimiser step.
-- ε (`retain_loss_eps`) is mandatory in the reference (`???`); null here takes twice M_o's own retain loss (the
-  token-mean NLL over the retain set, measured before the first step), the README's advice to choose ε "larger than
-  the retain loss of the starting model" made a default. Its TOFU script sets ε = 0.3, α = 100, η = 5 on
-  Llama-3.2-1B.
+α, η and ε come from a published setting, the `variant` (where the YAML leaves them null):
+- `openunlearning` (the default): configs/trainer/PDU.yaml's γ = α = 1, η = 1; ε, which PDU.yaml leaves mandatory
+  (`???`), from community/methods/PDU/run.sh's TOFU runs: 0.3.
+- `authors`: the whole of that run.sh's TOFU setting (Llama-3.2-1B, 3B, 8B, gemma-7b): α ("pref") 100, η 5, ε 0.3.
+  Its MUSE runs (Llama-2-7b) take α 50, η 1, 3 dual warm-up epochs and ε 1.5 (News) or 0.1 (Books): set those as
+  options.
+- `unlearnbench`: this project's former default, α = η = 1 and ε twice M_o's own retain loss (the token-mean NLL over
+  the retain set, measured before the first step): the README's advice to choose ε "larger than the retain loss of
+  the starting model" made a rule, so that one ε fits a model of any loss scale (the CPU model's, a 7B model's).
+
+Where this differs from the reference: λ is updated from the **global** batch's retain loss, the same on every rank
+(the reference updates a Python float per rank from that rank's micro-batch, so that λ drifts apart across GPUs),
+once per micro-batch as the reference's `compute_loss` does.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -33,19 +38,29 @@ from unlearnbench.tasks.text.methods.base import UNITS, ForgetRetainMethod, Text
 from unlearnbench.tasks.text.train import forward, global_mean
 
 UPDATES = ("step", "epoch")
+TWICE_ORIGINAL = "twice M_o's retain loss"  # the `unlearnbench` variant's ε: measured on M_o when the method starts
+VARIANTS: dict[str, dict[str, Any]] = {
+    "openunlearning": {"alpha": 1.0, "dual_step_size": 1.0, "retain_loss_eps": 0.3},  # PDU.yaml; ε from run.sh
+    "authors": {"alpha": 100.0, "dual_step_size": 5.0, "retain_loss_eps": 0.3},  # community/methods/PDU/run.sh
+    "unlearnbench": {"alpha": 1.0, "dual_step_size": 1.0, "retain_loss_eps": TWICE_ORIGINAL},
+}
 
 
 class PDU(ForgetRetainMethod):
     ranges: ClassVar[dict[str, Range]] = {"retain_loss_eps": POSITIVE, "dual_step_size": AT_LEAST_0,
                                           "dual_update_upon": Range(choices=UPDATES),
-                                          "dual_warmup_epochs": AT_LEAST_0}
-    optional: ClassVar[tuple[str, ...]] = ("lr", "retain_loss_eps")
+                                          "dual_warmup_epochs": AT_LEAST_0, "variant": Range(choices=tuple(VARIANTS))}
+    variants = VARIANTS
 
-    def __init__(self, name: str, retain_loss_eps: float | None = None, primal_dual: bool = True,
-                 dual_step_size: float = 1.0, dual_update_upon: str = "step", dual_warmup_epochs: int = 5,
-                 **options) -> None:
-        super().__init__(name, **options)
-        self.retain_loss_eps, self.primal_dual, self.dual_step_size = retain_loss_eps, primal_dual, dual_step_size
+    def __init__(self, name: str, variant: str = "openunlearning", retain_loss_eps: float | None = None,
+                 primal_dual: bool = True, dual_step_size: float | None = None, dual_update_upon: str = "step",
+                 dual_warmup_epochs: int = 5, alpha: float | None = None, **options) -> None:
+        chosen = self.with_variant(variant, {"alpha": alpha, "dual_step_size": dual_step_size,
+                                             "retain_loss_eps": retain_loss_eps})
+        super().__init__(name, alpha=chosen["alpha"], **options)
+        eps = chosen["retain_loss_eps"]
+        self.variant, self.retain_loss_eps = variant, None if eps == TWICE_ORIGINAL else eps  # None: measured
+        self.primal_dual, self.dual_step_size = primal_dual, chosen["dual_step_size"]
         self.dual_update_upon, self.dual_warmup_epochs = dual_update_upon, dual_warmup_epochs
 
     def forget_count(self, forget: dict[str, Tensor]) -> Tensor:

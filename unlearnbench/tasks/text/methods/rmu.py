@@ -5,9 +5,11 @@ is steered, on the forget answers' tokens, towards c·u/‖u‖ for a random dir
 once per run), and kept, on the retain answers' tokens, at the frozen M_o's h (`EMBED_DIFF`): L = γ·A(h_θ(forget),
 c·u/‖u‖) + α·A(h_θ(retain), h_ref(retain)), A the mean over answer tokens of mean_d (h − target)²; c = 2, γ = α = 1,
 every parameter trained (`trainable: all`; `trainable: wmdp` trains the MLP down-projections of the steered layer and
-the two before it, as WMDP's own code and OpenUnlearning's WMDP experiment). The layer: `layer` (OpenUnlearning's
-module_regex `model\\.layers\\.7`, the 8th of Llama-3.2-1B's 16, and WMDP's of zephyr-7b-beta's 32); null takes
-the middle one, (L − 1) // 2. u comes from the unlearning seed (the reference draws it from the global RNG at the
+the two before it, as WMDP's own code and OpenUnlearning's WMDP experiment). The layer: `layer`; null takes the
+references' layer 7 (OpenUnlearning's configs/trainer/RMU.yaml and experiment/unlearn/wmdp/default.yaml, module_regex
+`model\\.layers\\.7`: the 8th of Llama-3.2-1B's 16; WMDP's rmu/unlearn.py `--layer_id 7` of zephyr-7b-beta's 32)
+wherever the model has more than 7 decoder layers, and the middle one, (L − 1) // 2, of a model with 7 or fewer
+(the CPU default's 2: layer 0). u comes from the unlearning seed (the reference draws it from the global RNG at the
 first step).
 """
 
@@ -46,6 +48,16 @@ class Activations:
 
 
 TRAINABLE = ("all", "wmdp")
+REFERENCE_LAYER = 7  # OpenUnlearning's RMU.yaml and WMDP experiment (`model\.layers\.7`), WMDP's `--layer_id 7`
+
+
+def steered_layer(layer: int | None, count: int) -> int:
+    """The decoder layer RMU steers in a model of `count` layers: `layer` where given; else the references' 7 where
+    the model has more than 7 layers, and the middle one, (count − 1) // 2, of a smaller model (where 7 would be
+    its last layer or beyond it)."""
+    if layer is not None:
+        return layer
+    return REFERENCE_LAYER if count > REFERENCE_LAYER else (count - 1) // 2
 
 
 class RMU(ForgetRetainMethod):
@@ -66,7 +78,7 @@ class RMU(ForgetRetainMethod):
         return "rows"
 
     def index(self, layers: nn.ModuleList) -> int:
-        index = (len(layers) - 1) // 2 if self.layer is None else self.layer
+        index = steered_layer(self.layer, len(layers))
         if index >= len(layers):
             raise UserError(f"method {self.name}: layer={index} is not valid; valid: 0 to {len(layers) - 1} (the "
                             f"model has {len(layers)} decoder layers)")
