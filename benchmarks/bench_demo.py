@@ -8,7 +8,6 @@ times the targets do not describe).
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -20,13 +19,15 @@ EVALUATION_TARGET_S = 1.0
 
 
 def run_demo(folder: Path, overrides: list[str] = ()) -> tuple[float, dict]:
+    from unlearnbench.core.result import read_result
+
     command = [str(Path(sys.executable).parent / "unlearnbench"), f"hydra.sweep.dir={folder / 'sweep'}",
                f"paths.cache_dir={folder / 'cache'}", "runtime.print_table=false", *overrides]
     start = time.perf_counter()
     subprocess.run(command, check=True, capture_output=True, cwd=folder)
     wall = time.perf_counter() - start
     (result_file,) = (folder / "sweep").glob("*/result.json")
-    return wall, json.loads(result_file.read_text())
+    return wall, read_result(result_file)
 
 
 def rows(wall: float, result: dict) -> list[tuple[str, float, str]]:

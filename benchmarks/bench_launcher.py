@@ -9,7 +9,6 @@ models of DIR instead of an empty cache, as a test that only reads the table doe
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -24,13 +23,15 @@ TARGET_RATIO = 1.6
 def sweep(folder: Path, jobs: int, extra: list[str]) -> tuple[float, list[dict]]:
     """Run `jobs` digits jobs of `+method=finetune` (one per training seed) into `folder`; the command's wall time
     and the results."""
+    from unlearnbench.core.result import read_result
+
     command = [str(Path(sys.executable).parent / "unlearnbench"), "+method=finetune", f"seeds.train=range({jobs})",
                f"hydra.sweep.dir={folder / 'sweep'}", f"paths.cache_dir={folder / 'cache'}",
                "runtime.print_table=false", "runtime.progress=false", *extra]
     start = time.perf_counter()
     subprocess.run(command, check=True, capture_output=True, cwd=folder)
     wall = time.perf_counter() - start
-    results = [json.loads(p.read_text()) for p in sorted((folder / "sweep").glob("*/result.json"))]
+    results = [read_result(p) for p in sorted((folder / "sweep").glob("*/result.json"))]
     if len(results) != jobs or any(r["status"] != "complete" for r in results):
         raise SystemExit(f"bench_launcher: the sweep in {folder} did not complete its {jobs} jobs")
     shutil.rmtree(folder / "cache", ignore_errors=True)  # none here under a `paths.cache_dir` override

@@ -38,13 +38,13 @@ import torch.nn.functional as F
 from lightning_fabric import Fabric
 from omegaconf import OmegaConf
 
-from unlearnbench.runtime.evaluate import channels_last_inputs, evaluation_batch_size, predict
 from unlearnbench.runtime.fabric import quiet_known_warnings
-from unlearnbench.runtime.models import training_channels_last
-from unlearnbench.runtime.train import train_recipe
 from unlearnbench.tasks.image.data.base import ImageData, full_pool
 from unlearnbench.tasks.image.data.transforms import Normalizer
+from unlearnbench.tasks.image.evaluate import channels_last_inputs, evaluation_batch_size, predict
 from unlearnbench.tasks.image.models.resnet import ResNet18
+from unlearnbench.tasks.image.models.store import training_channels_last
+from unlearnbench.tasks.image.train import train_recipe
 
 TARGET_RATIO = 0.9
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)

@@ -11,7 +11,6 @@ mode that should run here and did not. The table is also written as Markdown (`-
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -59,9 +58,11 @@ def text_row(root: Path, case: str, accelerator: str, precision: str, timeout: i
 
 def verdicts(sweep: Path, key: str) -> dict[str, tuple[str, str]]:
     """(PASS | FAIL | CANNOT, detail) per value of job field `key`, from the sweep's result.json files."""
+    from unlearnbench.core.result import read_result
+
     rows = {}
     for path in sorted(sweep.glob("*/result.json")):
-        result = json.loads(path.read_text())
+        result = read_result(path)
         value = result["job"].get(key)
         error = result.get("error") or "; ".join(f"{f['method']}: {f['error']}" for f in result.get("failures", []))
         if result["status"] == "complete" and not result.get("failures"):
@@ -83,8 +84,10 @@ def run(command: list[str], timeout: int) -> subprocess.CompletedProcess:
 
 def utilisation_row(sweep: Path) -> tuple[str, str]:
     """NVML's utilisation, as the 32-true job recorded it for its training stages."""
+    from unlearnbench.core.result import read_result
+
     for path in sweep.glob("*/result.json"):
-        result = json.loads(path.read_text())
+        result = read_result(path)
         if result["job"].get("precision") == "32-true" and result["status"] == "complete":
             if result["numerics"].get("device") != "cuda":
                 return "CANNOT", "no GPU: the job sampled CPU utilisation instead"

@@ -109,7 +109,8 @@ def main() -> None:
         raise SystemExit(f"no forgetting-quality figure was drawn: see {args.out / 'report' / 'report.md'}")
     print(f"figure: {figures[0]}")
     if args.docs:
-        from unlearnbench.core.files import replace_block, write_atomically
+        from unlearnbench.core.files import replace_block
+        from unlearnbench.runtime.files import write_atomically
 
         identity = report.jobs[0]["numerics_identity"]
         page = args.docs_dir / "forget-quality.md"

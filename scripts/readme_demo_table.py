@@ -10,7 +10,6 @@ Hydra overrides of the demo (a smaller one for a test: the table is then not the
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -23,12 +22,14 @@ BEGIN, END = "<!-- --8<-- [start:demo-table] -->", "<!-- --8<-- [end:demo-table]
 
 def run_demo(folder: Path, overrides: list[str] = ()) -> dict:
     """The demo's result.json, from a fresh sweep folder and cache (so every model is trained here and now)."""
+    from unlearnbench.core.result import read_result
+
     command = [str(Path(sys.executable).parent / "unlearnbench"), f"hydra.sweep.dir={folder / 'sweep'}",
                f"paths.cache_dir={folder / 'cache'}", f"paths.data_dir={folder / 'data'}",
                "runtime.print_table=false", *overrides]
     subprocess.run(command, check=True, cwd=folder)
     (path,) = (folder / "sweep").glob("*/result.json")
-    return json.loads(path.read_text())
+    return read_result(path)
 
 
 def block(result: dict) -> str:
@@ -43,7 +44,8 @@ def block(result: dict) -> str:
 
 
 def main() -> None:
-    from unlearnbench.core.files import replace_block, write_atomically
+    from unlearnbench.core.files import replace_block
+    from unlearnbench.runtime.files import write_atomically
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--readme", type=Path, default=REPO / "README.md",

@@ -125,8 +125,9 @@ def main() -> None:
 def write_docs(report, figure: Path, text: str, sizes: tuple[int, int], docs: Path) -> None:
     """docs/seed-study.md's table and docs/comparing.md's leaderboard, each page written whole, and their figures;
     nothing is written unless the study drew both figures."""
-    from unlearnbench.core.files import replace_block, write_atomically
+    from unlearnbench.core.files import replace_block
     from unlearnbench.report.read.collect import describe_numerics
+    from unlearnbench.runtime.files import write_atomically
 
     identity = report.jobs[0]["numerics_identity"]
     numerics = f"{describe_numerics(identity)} (`{identity['id']}`)"

@@ -117,7 +117,8 @@ def main() -> None:
         raise SystemExit(f"no figure of forget quality's designs: see {args.out / 'report' / 'report.md'}")
     print(f"figure: {figure}")
     if args.docs:
-        from unlearnbench.core.files import replace_block, write_atomically
+        from unlearnbench.core.files import replace_block
+        from unlearnbench.runtime.files import write_atomically
 
         identity = report.jobs[0]["numerics_identity"]
         page = args.docs_dir / "text.md"

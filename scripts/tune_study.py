@@ -136,7 +136,8 @@ def machine() -> str:
 
 
 def write_docs(docs: Path, text: str) -> None:
-    from unlearnbench.core.files import replace_block, write_atomically
+    from unlearnbench.core.files import replace_block
+    from unlearnbench.runtime.files import write_atomically
 
     page = docs / "tuning.md"
     write_atomically(page, replace_block(page.read_text(), BEGIN, END, f"{BEGIN}\n{text}\n{END}"))

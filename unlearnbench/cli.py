@@ -43,11 +43,19 @@ def merged_group_choice(arguments: list[str]) -> str | None:
     return None
 
 
+def print_job_table(result: dict) -> None:
+    """A complete job's table on the terminal (`runtime.print_table`), drawn by the report's console renderer: the
+    printer the console script hands the job."""
+    from unlearnbench.report.render.console import job_table
+
+    print(job_table(result))
+
+
 @hydra.main(version_base="1.3", config_path="pkg://unlearnbench.conf", config_name="config")
 def hydra_job(cfg: DictConfig) -> dict:
     from unlearnbench.core.job import run_job  # torch is imported here, not for --help
 
-    return run_job(cfg)
+    return run_job(cfg, show=print_job_table)
 
 
 def unwritable_sweep_folder(arguments: list[str]) -> str | None:
@@ -120,10 +128,10 @@ def report_main() -> None:
     import argparse
 
     from unlearnbench.core.config import leaderboard_problems
-    from unlearnbench.core.errors import UserError
     from unlearnbench.report.compute.forget_quality import FORGET_PERMUTATIONS
     from unlearnbench.report.compute.leaderboard import RESAMPLES
     from unlearnbench.report.compute.seed_design import TARGET_SE
+    from unlearnbench.runtime.errors import UserError
 
     def positive(text: str) -> float:
         try:
@@ -184,9 +192,9 @@ def report_main() -> None:
     missing = [str(f) for f in args.folders if not f.is_dir()]
     if missing:
         parser.exit(2, f"unlearnbench-report: not a folder: {', '.join(missing)}\n")
-    from unlearnbench.core.files import WriteError
     from unlearnbench.report.build import build_report, failure_lines, method_failure_lines
     from unlearnbench.report.read.collect import failed_methods, result_files
+    from unlearnbench.runtime.files import WriteError
 
     if not result_files(args.folders):  # an empty report would look like a sweep whose jobs left no trace
         parser.exit(2, f"unlearnbench-report: no result.json under {', '.join(map(str, args.folders))}; give the "
@@ -213,8 +221,8 @@ def import_openunlearning(parser, manifest: Path, folders: list[Path], out: Path
     line per run that lacks a metric, on stderr; the failed runs are listed by the report), and return `out` for the
     report. Exits 2 on a manifest or an `--out` it refuses, 1 where no row could be imported or a file could not be
     written: nothing is written then."""
-    from unlearnbench.core.errors import UserError
-    from unlearnbench.core.files import WriteError
+    from unlearnbench.runtime.errors import UserError
+    from unlearnbench.runtime.files import WriteError
     from unlearnbench.tasks.text.openunlearning import NothingImported, import_runs
 
     if folders:

@@ -9,7 +9,6 @@ as every launcher composes it. Composing costs about 0.2 s a job, so a sweep fol
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,12 +52,11 @@ def job_folder(hydra_context: HydraContext, config: DictConfig, overrides: list[
 
 def complete_job(hydra_context: HydraContext, config: DictConfig, overrides: list[str],
                  num: int) -> JobReturn | None:
+    from unlearnbench.core.result import stored_result
+
     folder, job_config = job_folder(hydra_context, config, overrides, num)
-    try:
-        result = json.loads((folder / "result.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(result, dict) or result.get("status") != "complete":
+    result = stored_result(folder)
+    if result is None or result["status"] != "complete":
         return None
     log.info("%s: already complete, skipped", folder.name)
     returned = JobReturn(overrides=overrides, working_dir=str(folder), task_name=job_config.hydra.job.name,

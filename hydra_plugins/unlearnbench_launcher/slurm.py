@@ -115,11 +115,11 @@ class SlurmLauncher(SubmititSlurmLauncher):
     def killed(self, job: Any, overrides: list[str], num: int) -> JobReturn:
         """Record a job that SLURM ended before it wrote a result: `result.json` of status failed in its folder
         (unless the job did write one), returned as the job's result."""
-        from unlearnbench.core.job import failed_result, publish, read_result
+        from unlearnbench.core.result import failed_result, publish, stored_result
 
         config = self.job_config(overrides, num, job.job_id)
         folder = Path(config.hydra.sweep.dir) / str(config.hydra.sweep.subdir)
-        result = read_result(folder / "result.json")
+        result = stored_result(folder)
         if result is None:
             task = first_task_failure(job.paths.stderr)
             error = (f"SLURM job {job.job_id} ended {job.state}: " + (f"{task}; " if task else "")

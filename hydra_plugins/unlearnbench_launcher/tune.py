@@ -40,13 +40,10 @@ log = logging.getLogger(__name__)
 def settled(folder: Path) -> bool:
     """Whether the job in `folder` has its outcome: complete, or failed in its method (a diverging point, which
     would fail again)."""
-    import json
+    from unlearnbench.core.result import stored_result
 
-    try:
-        result = json.loads((folder / "result.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(result, dict) and (result.get("status") == "complete" or bool(result.get("failures")))
+    result = stored_result(folder)
+    return result is not None and (result["status"] == "complete" or bool(result.get("failures")))
 
 
 class MethodTuning:
@@ -161,8 +158,8 @@ class TuneSweeper(Sweeper):
                                                                 task_function=task_function, config=config)
 
     def sweep(self, arguments: list[str]) -> Any:
-        from unlearnbench.core.errors import UserError
         from unlearnbench.core.tuning import Settings, split_arguments, write_tuning
+        from unlearnbench.runtime.errors import UserError
 
         try:
             settings = Settings.of(self.config)

@@ -15,9 +15,9 @@ import pytest
 import torch
 from test_cache import KEY, Builder, assert_same_state, leftovers, small_state
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.runtime import cache as cache_module
 from unlearnbench.runtime.cache import COMPLETE, LEFTOVER_AGE_S, ModelCache, cache_key, scratch_name, writer_host
+from unlearnbench.runtime.errors import UserError
 
 OTHER = cache_key({"other": 1})
 
@@ -306,10 +306,10 @@ def store_of(root: Path, monkeypatch):
     """A ModelStore of a real small ResNet18 (one channel, width 4) whose training is stubbed and counted."""
     from lightning_fabric import Fabric
 
-    from unlearnbench.runtime import models
     from unlearnbench.runtime.monitor import CostMonitor
     from unlearnbench.tasks.image.data.base import Subset
     from unlearnbench.tasks.image.data.transforms import Normalizer
+    from unlearnbench.tasks.image.models import store as models
     from unlearnbench.tasks.image.models.resnet import ResNet18
 
     trainings = []

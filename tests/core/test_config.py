@@ -13,7 +13,7 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 from unlearnbench.cli import wants_own_mode
 from unlearnbench.core.components import build
 from unlearnbench.core.config import _subdir_suffix
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -176,7 +176,7 @@ def test_a_job_without_method_reads_each_method_config_as_hydra_composes_it(over
 
 def test_a_target_in_a_package_python_cannot_find_says_how_to_make_it_importable(tmp_path, monkeypatch):
     from unlearnbench.core.components import build
-    from unlearnbench.core.errors import UserError
+    from unlearnbench.runtime.errors import UserError
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError) as raised:

@@ -17,7 +17,7 @@ from torch import nn
 
 from unlearnbench.runtime import progress
 from unlearnbench.runtime.progress import duration
-from unlearnbench.runtime.train import cross_entropy_epochs
+from unlearnbench.tasks.image.train import cross_entropy_epochs
 
 
 class FixedBatches:
@@ -104,8 +104,8 @@ TRAIN = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from test_progress import FixedBatches, model_and_optimizer
     from unlearnbench.runtime import progress
-    from unlearnbench.runtime.train import cross_entropy_epochs
-    from unlearnbench.core.errors import FileOnly
+    from unlearnbench.tasks.image.train import cross_entropy_epochs
+    from unlearnbench.runtime.errors import FileOnly
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
     logging.getLogger().handlers[0].addFilter(FileOnly())  # as the job's console handler (conf/config.yaml)
     progress.configure(progress={live}, rank_zero=True)

@@ -9,12 +9,13 @@ import torch
 from helpers import compose_config
 from lightning_fabric import Fabric
 
-from unlearnbench.core.errors import UserError
-from unlearnbench.runtime.evaluate import predict
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.fabric import check_runtime
-from unlearnbench.runtime.train import Batches, recipe_schedule
+from unlearnbench.runtime.train import recipe_schedule
 from unlearnbench.tasks.image.data.base import ImageData, full_pool
 from unlearnbench.tasks.image.data.transforms import Normalizer
+from unlearnbench.tasks.image.evaluate import predict
+from unlearnbench.tasks.image.train import Batches
 
 
 def tiny_data(n_train: int = 23, n_test: int = 7) -> ImageData:

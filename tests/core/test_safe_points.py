@@ -19,13 +19,13 @@ from tiny import stub_federation, tiny_setting
 from unlearnbench.core.components import build, target_of
 from unlearnbench.core.relearn import RelearnSettings
 from unlearnbench.runtime import interrupt
-from unlearnbench.runtime.evaluate import predict
 from unlearnbench.runtime.monitor import Cost
 from unlearnbench.runtime.seeding import streams
-from unlearnbench.runtime.train import train_recipe
 from unlearnbench.tasks.image.data.digits import Digits
 from unlearnbench.tasks.image.data.scenarios import FullClass
+from unlearnbench.tasks.image.evaluate import predict
 from unlearnbench.tasks.image.models.resnet import ResNet18
+from unlearnbench.tasks.image.train import train_recipe
 from unlearnbench.tasks.ranking import pdgd
 from unlearnbench.tasks.text.evaluate import TextEvaluator
 from unlearnbench.tasks.text.methods.base import TextTask

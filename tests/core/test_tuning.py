@@ -18,7 +18,6 @@ from scipy import stats
 
 from unlearnbench.core.catalogue import RETRAINED, Catalogue, Metric
 from unlearnbench.core.components import build, option_names, target_of
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.tuning import (
     DEFAULTS,
     RANDOM,
@@ -41,6 +40,7 @@ from unlearnbench.report.compute.tuning import (
     tuning_rows,
     without_trials,
 )
+from unlearnbench.runtime.errors import UserError
 
 METHODS = REPO / "conf" / "method"
 GOLD = {"retrain", "text_retrain", "fed_retrain", "fed_original"}

@@ -22,7 +22,7 @@ from fabricate import (
     write_fashion_mnist,
 )
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.image.data.cifar import Cifar10, Cifar100
 from unlearnbench.tasks.image.data.digits import Digits, stratified_split
 from unlearnbench.tasks.image.data.fashion_mnist import FashionMnist

@@ -12,7 +12,7 @@ import torch
 from fabricate import write_caltech101, write_image, write_pins
 from helpers import TINY, results, run_cli
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.image.data import folders
 from unlearnbench.tasks.image.data.folders import ImageFolder
 from unlearnbench.tasks.image.data.scenarios import FullClass, SubClass

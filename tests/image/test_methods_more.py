@@ -15,9 +15,8 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from unlearnbench.core.components import SEARCH_SPACE, build
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.seeding import global_seed
-from unlearnbench.runtime.train import Batches
 from unlearnbench.tasks.image.data.base import full_pool
 from unlearnbench.tasks.image.data.cifar import Cifar100
 from unlearnbench.tasks.image.data.digits import Digits
@@ -29,6 +28,7 @@ from unlearnbench.tasks.image.methods.neggrad_plus import neggrad_loss
 from unlearnbench.tasks.image.methods.salun import MaskedTrainer, saliency_mask, top_fraction
 from unlearnbench.tasks.image.methods.scrub import Scrub, distill_kl
 from unlearnbench.tasks.image.models.resnet import ResNet18
+from unlearnbench.tasks.image.train import Batches
 
 METHODS = ["gradient_ascent", "neggrad_plus", "scrub", "salun", "l1_sparse"]
 

@@ -17,9 +17,8 @@ from lightning_fabric import Fabric
 from lightning_fabric.plugins.precision import MixedPrecision
 from torch import nn
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.monitor import Cost
-from unlearnbench.runtime.train import Batches
 from unlearnbench.tasks.image.data.base import ImageData, Subset, full_pool
 from unlearnbench.tasks.image.data.cifar import Cifar100
 from unlearnbench.tasks.image.data.digits import Digits
@@ -28,6 +27,7 @@ from unlearnbench.tasks.image.data.transforms import Normalizer
 from unlearnbench.tasks.image.methods.lfssd import LFSSD
 from unlearnbench.tasks.image.methods.ssd import SSD, dampen, dataset_order, importance, reference_order
 from unlearnbench.tasks.image.models.resnet import ResNet18
+from unlearnbench.tasks.image.train import Batches
 
 CIFAR_MEAN, CIFAR_STD = [0.5071, 0.4865, 0.4409], [0.2673, 0.2564, 0.2762]
 SPLITS = ("forget_train", "retain_train", "forget_test", "retain_test")

@@ -14,8 +14,8 @@ from fabricate import write_cifar100
 from helpers import compose_config, make_task
 from lightning_fabric import Fabric
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.plan import plan_job
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.seeding import streams
 from unlearnbench.tasks.image.data.cifar import Cifar100
 from unlearnbench.tasks.image.data.digits import Digits

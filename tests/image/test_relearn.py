@@ -12,8 +12,8 @@ from helpers import TINY, assert_relearn_records, compose_config, relearnt, run_
 
 from unlearnbench.core.catalogue import CORE
 from unlearnbench.core.config import validate
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.relearn import Measurement, Relearning, relearn
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.image.data.base import Subset
 from unlearnbench.tasks.image.metrics.relearn import relearn_subset
 

@@ -15,10 +15,10 @@ from helpers import TINY, plain_config, run_in_process
 from lightning_fabric import Fabric
 
 from unlearnbench.core.components import build
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.outcome import Outcome
 from unlearnbench.core.plan import JobPlan
 from unlearnbench.core.validation import HELDOUT, TRIALS, parts, scored_part
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.image.bench import Workbench
 from unlearnbench.tasks.image.data.base import full_pool
 

@@ -12,7 +12,7 @@ import torch
 from fabricate import write_pins
 from helpers import results, run_cli
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.train import recipe_schedule
 from unlearnbench.tasks.image.models.vit import vit
 

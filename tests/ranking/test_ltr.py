@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from helpers import results, run_cli
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.ranking.data import FEATURES, Mq2007, Queries, SyntheticLetor, read_letor
 from unlearnbench.tasks.ranking.federation import (
     HONEST,

@@ -135,7 +135,7 @@ def test_retraining_starts_from_the_references_w0_and_continues_the_pointers(set
 
 def test_variants_are_named_options():
     from unlearnbench.core.components import build
-    from unlearnbench.core.errors import UserError
+    from unlearnbench.runtime.errors import UserError
 
     with pytest.raises(UserError, match=r"method.variant='original' is not valid; valid: one of reference, paper"):
         build({"_target_": "unlearnbench.tasks.ranking.methods.federaser.FedEraser", "name": "federaser",

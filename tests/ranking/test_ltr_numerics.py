@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.ranking.data import Queries, SyntheticLetor
 from unlearnbench.tasks.ranking.federation import (
     HONEST,

@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.report.build import build_report
 from unlearnbench.report.compute.leaderboard import (
     AGGREGATE,
@@ -26,6 +25,7 @@ from unlearnbench.report.compute.leaderboard import (
     tables,
 )
 from unlearnbench.report.read.catalogue import legacy_catalogue
+from unlearnbench.runtime.errors import UserError
 
 KEYS = ["dataset", "model", "scenario"]
 METRIC = ("delta_acc", "forget_test")

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.report.compute.power import (
     MAX_POWER_JOBS,
     paired_test,
@@ -18,6 +17,7 @@ from unlearnbench.report.compute.power import (
     seed_mean_test,
 )
 from unlearnbench.report.compute.stats import nested_variance
+from unlearnbench.runtime.errors import UserError
 
 STUDIES = 10_000  # simulated studies per case: a Monte-Carlo standard error of 0.5 points at a rate of 0.5
 

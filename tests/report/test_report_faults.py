@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from helpers import mounted_tmpfs, run_cli
 
-from unlearnbench.core.files import WriteError, atomic_path, write_atomically
 from unlearnbench.report.build import build_report
+from unlearnbench.runtime.files import WriteError, atomic_path, write_atomically
 
 ENOSPC = os.strerror(errno.ENOSPC)  # "No space left on device"
 PERMUTATIONS = 50  # the null's percentile is not under test here: fewer permutations, a faster build

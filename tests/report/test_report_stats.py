@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.report.compute.stats import (
     MAX_PLAN_K,
     MIN_PLAN_TRAINING_SEEDS,
@@ -26,6 +25,7 @@ from unlearnbench.report.compute.stats import (
     w2_null_pairs,
     w2_nulls,
 )
+from unlearnbench.runtime.errors import UserError
 
 # ---------------------------------------------------------------------------------------------------------- W2
 

@@ -232,8 +232,8 @@ def test_seed_power_plans_the_leaderboards_neighbours_from_their_paired_differen
 
 
 def test_report_compare_must_name_two_ranked_methods():
-    from unlearnbench.core.errors import UserError
     from unlearnbench.report.compute.seed_design import check_compare
+    from unlearnbench.runtime.errors import UserError
 
     values = analyse(frame({"a": np.ones((2, 2)), "b": np.ones((2, 2)), "retrain": np.zeros((2, 2))}), LEGACY).values
     check_compare(None, values, LEGACY.gold_standards)

@@ -20,7 +20,7 @@ import torch
 
 from tests.helpers import REPO, TINY, results, run_cli, run_in_process, script
 from unlearnbench.report import build
-from unlearnbench.tasks.image.metrics.examples import ExampleTable, confidence_and_loss
+from unlearnbench.tasks.image.metrics.examples import ImageExamples, confidence_and_loss
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 METHODS = "methods=[finetune,ssd,retrain]"
@@ -117,7 +117,7 @@ def test_a_damaged_examples_file_fails_its_job_with_a_reason_and_another_forget_
 
 
 def test_examples_are_published_whole_or_not_at_all(tmp_path, monkeypatch):
-    table = ExampleTable(per_split=10, fingerprint="x")
+    table = ImageExamples(per_split=10, fingerprint="x")
     table.columns = {"target": ["3"], "role": ["original"], "method": [None], "split": ["forget_train"],
                      "index": [np.array([4])], "label": [np.array([3])], "conf": [np.array([1.5])],
                      "loss": [np.array([0.2])], "pred": [np.array([3])]}

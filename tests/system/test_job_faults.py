@@ -124,7 +124,7 @@ def test_a_result_that_cannot_be_written_stops_with_one_line_and_leaves_nothing_
     def full(descriptor: int) -> None:  # the data reaches the disk at fsync: that is where ENOSPC shows
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("unlearnbench.core.files.os.fsync", full)
+    monkeypatch.setattr("unlearnbench.runtime.files.os.fsync", full)
     with pytest.raises(SystemExit) as stopped:
         publish(path, {"status": "complete", "records": [{"value": 1.0}]})
     monkeypatch.undo()

@@ -87,10 +87,10 @@ def test_unsir_keeps_two_ranks_in_step(two_ranks):
 
 def predictions_on_two_ranks(fabric: Fabric) -> dict:
     """Run by each rank: logits of one fixed model for pools whose sizes leave uneven and missing batches."""
-    from unlearnbench.runtime.evaluate import predict
     from unlearnbench.runtime.seeding import global_seed
     from unlearnbench.tasks.image.data.base import Subset
     from unlearnbench.tasks.image.data.transforms import Normalizer
+    from unlearnbench.tasks.image.evaluate import predict
 
     torch.set_num_threads(1)
     data = Digits(name="digits", mean=[0.3053], std=[0.3759], targets={"full_class": ["3"]}).load()

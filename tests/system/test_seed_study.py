@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 from helpers import QUICK_REPORT, TINY, results, run_cli, run_main, script
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.job import chosen
 from unlearnbench.report import build
+from unlearnbench.runtime.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = ("seed-study.md", "comparing.md")

@@ -18,10 +18,10 @@ from lightning_fabric import Fabric
 from omegaconf import OmegaConf
 
 from unlearnbench.core.components import build
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.job import JobPlan, execute
 from unlearnbench.core.plan import plan_job
 from unlearnbench.core.result import document
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text.muse_data import MuseFiles, muse_fictitious
 from unlearnbench.tasks.text.wmdp_data import Wmdp, wmdp_fictitious
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from lightning_fabric import Fabric
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text import metrics, nli
 from unlearnbench.tasks.text.data import fictitious
 from unlearnbench.tasks.text.evaluate import Sampling, TextEvaluator, sampled, sampled_scores

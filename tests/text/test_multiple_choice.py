@@ -18,7 +18,7 @@ import torch
 from tokenizers import processors
 from torch import nn
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text.data import train_tokenizer
 from unlearnbench.tasks.text.model import tiny_llama
 from unlearnbench.tasks.text.multiple_choice import (

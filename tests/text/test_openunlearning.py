@@ -18,7 +18,7 @@ from scipy.stats import hmean, ks_2samp
 from sklearn.metrics import roc_auc_score
 
 from unlearnbench import cli
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text.openunlearning import import_runs
 
 LOGS = json.loads((Path(__file__).parent.parent / "data" / "tofu_eval_logs.json").read_text())["models"]

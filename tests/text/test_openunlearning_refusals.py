@@ -15,7 +15,7 @@ import pytest
 from test_openunlearning import LOGS, members, tofu_eval, write_manifest, write_run
 
 from unlearnbench import cli
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text import openunlearning
 from unlearnbench.tasks.text.openunlearning import import_runs
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from lightning_fabric import Fabric
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text.data import IGNORE, encode_chat, fictitious
 from unlearnbench.tasks.text.evaluate import TextEvaluator, model_scores
 from unlearnbench.tasks.text.model import CausalLM, tiny_llama
@@ -155,7 +155,7 @@ def test_the_reference_attack_scores_each_answer_by_its_loss_minus_the_retrained
     others = model["holdout"].loss - reference["holdout"].loss
     pairs = [1.0 if o > m else 0.5 if o == m else 0.0 for m in members for o in others]
     assert model_scores(model, reference)[("mia_reference_auc", "forget")] == pytest.approx(np.mean(pairs))
-    table = TextExamples(0, "f")
+    table = TextExamples()
     positions = {split: (np.arange(len(model[split].loss)), np.zeros(len(model[split].loss), dtype=np.int64))
                  for split in ("forget", "retain", "holdout")}
     table.add_model("forget10", "original", None, model, positions, reference)

@@ -9,8 +9,8 @@ from helpers import plain_config
 from lightning_fabric import Fabric
 from safetensors.torch import load_file
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.job import JobPlan, execute
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text.job import TextBench
 from unlearnbench.tasks.text.model import CausalLM
 

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from tiny import tiny_setting
 
 from unlearnbench.core.components import build
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.monitor import Cost
 from unlearnbench.runtime.seeding import streams
 from unlearnbench.tasks.text.data import IGNORE

@@ -12,8 +12,8 @@ from helpers import RELEARN_METRICS as METRICS
 from helpers import assert_relearn_records, plain_config, relearnt
 from lightning_fabric import Fabric
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.job import JobPlan, execute
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text.relearn import relearn_records
 
 METHODS = ["grad_ascent", "text_retrain"]

@@ -16,7 +16,7 @@ from helpers import compose_config
 from omegaconf import OmegaConf
 
 from unlearnbench.core.components import build
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text.scenario import ForgetEntities
 from unlearnbench.tasks.text.tofu import Tofu
 

@@ -14,9 +14,9 @@ from lightning_fabric import Fabric
 from test_corpus_files import parquet, wmdp_folder
 
 from unlearnbench.core.components import locate
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.outcome import Outcome
 from unlearnbench.core.plan import JobPlan
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text import metrics
 from unlearnbench.tasks.text.muse_bench import MuseExamples, MuseOutputs
 
@@ -116,7 +116,7 @@ def test_muses_examples_index_the_holdout_texts_in_the_whole_set():
     n, rows = 3, np.array([1, 4, 6])
     zeros = {"forget": np.zeros(n), "holdout": np.zeros(n)}
     outputs = MuseOutputs(np.zeros(n), np.zeros(n), {}, zeros, {"forget": np.ones(n), "holdout": np.ones(n)}, zeros)
-    table = MuseExamples(0, "fingerprint")
+    table = MuseExamples()
     table.add_model("forget", "original", None, outputs, {"privleak_holdout": rows}, outputs)
     frame = table.frame()
     assert frame[frame["split"] == "holdout"]["index"].tolist() == rows.tolist()

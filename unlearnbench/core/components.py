@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 
 
 def locate(path: str) -> Any:

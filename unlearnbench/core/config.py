@@ -21,7 +21,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import II, MISSING, DictConfig, ListConfig, OmegaConf
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ class Runtime:
     # The models' layout for training. null: on for CUDA (cuDNN's fast path with mixed precision), off on CPUs:
     # there PyTorch 2.14's channels_last 1×1 stride-2 convolution backward is nondeterministic and can corrupt memory
     # (seen with narrow ResNets), for a small gain (float32 training 1.0–1.1× on a 2-core AMD EPYC). Evaluation on
-    # a CPU takes channels_last inputs whatever this says (forward only: 1.3–2× faster; runtime/evaluate.py).
+    # a CPU takes channels_last inputs whatever this says (forward only: 1.3–2× faster; tasks/image/evaluate.py).
     channels_last: bool | None = None
     print_table: bool = True
     # Live progress: a bar per training run on a terminal, the epoch lines on the console, the sweep's count and ETA

@@ -17,8 +17,8 @@ loop is every task's; each step is the task's bench's (`task.bench`, core/bench.
 
 from __future__ import annotations
 
-import json
 import logging
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -28,19 +28,19 @@ from torch import nn
 
 from unlearnbench.core.bench import Bench
 from unlearnbench.core.components import locate
-from unlearnbench.core.errors import FILE_ONLY
 from unlearnbench.core.files import RESULT
 from unlearnbench.core.outcome import Diverged, Outcome, job_ended, unit_name
 from unlearnbench.core.plan import JobPlan, chosen, method_config, plan_job, preload_forkserver
 from unlearnbench.core.relearn import Relearning
-from unlearnbench.core.result import failed_result, finished, publish, read_result, result_document
+from unlearnbench.core.result import failed_result, publish, result_document, stored_result
 from unlearnbench.runtime import interrupt, progress
+from unlearnbench.runtime.errors import FILE_ONLY
 from unlearnbench.runtime.fabric import make_fabric, quiet_known_warnings
 from unlearnbench.runtime.ranks import RankDied, launch, spawned, supervise
 
 __all__ = [  # the job's entry points, and the names the launcher and tests import from here
     "JobPlan", "Outcome", "chosen", "execute", "failed_result", "method_config", "plan_job", "publish",
-    "read_result", "relearn_stage", "run_job", "watch",
+    "relearn_stage", "run_job", "watch",
 ]
 
 log = logging.getLogger(__name__)
@@ -112,16 +112,19 @@ def ranks_outcome(cfg: DictConfig, fabric: Fabric, plan: JobPlan) -> Outcome:
         return Outcome(error=str(error))
 
 
-def run_job(cfg: DictConfig) -> dict:
-    """Run one job into its Hydra output folder, unless its result is already complete there (resumption)."""
+def run_job(cfg: DictConfig, show: Callable[[dict], None] | None = None) -> dict:
+    """Run one job into its Hydra output folder, unless its result is already complete there (resumption). A
+    complete job's result goes to `show` where `runtime.print_table` asks for its table: the caller chooses the
+    printer (the console script, the report's table), since the core names nothing of the floors above it."""
     from hydra.core.hydra_config import HydraConfig
 
     interrupt.check()  # asked for while Hydra composed this job: it does not start
     folder = Path(HydraConfig.get().runtime.output_dir)
     path = folder / RESULT
-    if finished(path):
+    done = stored_result(path)
+    if done is not None and done["status"] == "complete":
         log.info("%s: already complete, skipped", folder.name)
-        return json.loads(path.read_text())
+        return done
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     outcome = failure = Outcome()  # what the job reports if planning or launching fails
     fabric = None
@@ -141,8 +144,6 @@ def run_job(cfg: DictConfig) -> dict:
     log.info("%s: result.json written by rank %d of %d", folder.name, fabric.global_rank if fabric else 0,
              fabric.world_size if fabric else 1, extra=FILE_ONLY)
     job_ended()
-    if result["status"] == "complete" and cfg.runtime.print_table:
-        from unlearnbench.report.render.console import job_table
-
-        print(job_table(result))
+    if show is not None and result["status"] == "complete" and cfg.runtime.print_table:
+        show(result)
     return result

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from unlearnbench.core.config import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, option_range_problems
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.monitor import Cost
 
 # Ranges of the hyperparameters many methods share, by argument name; a method adds its own in `ranges`.

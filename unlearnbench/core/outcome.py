@@ -16,9 +16,9 @@ import psutil
 from lightning_fabric import Fabric
 
 from unlearnbench.core.catalogue import declared
-from unlearnbench.core.errors import FILE_ONLY, UserError
 from unlearnbench.core.plan import JobPlan
 from unlearnbench.runtime import progress
+from unlearnbench.runtime.errors import FILE_ONLY, UserError
 from unlearnbench.runtime.monitor import Cost
 from unlearnbench.runtime.numerics import numerics_identity
 from unlearnbench.runtime.ranks import JOB, Failure, Lockstep, PeerFailed, RoundAbandoned

@@ -11,8 +11,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from unlearnbench.core.components import build, locate, target_of
 from unlearnbench.core.config import validate
-from unlearnbench.core.errors import UserError, invalid
 from unlearnbench.runtime import interrupt, progress
+from unlearnbench.runtime.errors import UserError, invalid
 
 
 @dataclass

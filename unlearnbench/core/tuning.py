@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 
 TUNING = "tuning.json"  # in the sweep folder: the trials and the held-out judgement, written by the sweeper
 TRIAL, TUNED, DEFAULT = "trial", "tuned", "default"  # a tuning job's `tune.stage` (its job field `tuning`)

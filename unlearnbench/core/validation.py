@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.tuning import TRIAL
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.seeding import streams
 
 TRIALS, HELDOUT = "trials", "heldout"  # the two parts of a set

@@ -57,7 +57,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from unlearnbench.core.files import atomic_path, make_folder
 from unlearnbench.report.compute import stats
 from unlearnbench.report.compute.analysis import CONFIG, OPTIONAL_CONFIG, Study, analyse
 from unlearnbench.report.compute.derived import derived_records
@@ -74,6 +73,7 @@ from unlearnbench.report.compute.tuning import (
 )
 from unlearnbench.report.read.collect import catalogue_of, load_results, mixed_numerics, read_warnings
 from unlearnbench.report.read.curves import curve_table
+from unlearnbench.runtime.files import atomic_path, make_folder
 
 
 @dataclass

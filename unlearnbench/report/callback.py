@@ -18,11 +18,11 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from unlearnbench.core.errors import UserError
-from unlearnbench.core.files import WriteError
 from unlearnbench.report.build import build_report, failure_lines, method_failure_lines
 from unlearnbench.report.read.collect import failed_methods
 from unlearnbench.runtime import interrupt
+from unlearnbench.runtime.errors import UserError
+from unlearnbench.runtime.files import WriteError
 
 failed_jobs: list[dict] = []  # read by the console script after Hydra returns
 

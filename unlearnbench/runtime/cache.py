@@ -33,7 +33,7 @@ from filelock import FileLock
 from lightning_fabric import Fabric
 from safetensors.torch import load_file, save_file
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.progress import Stage
 
 log = logging.getLogger(__name__)

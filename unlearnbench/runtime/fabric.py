@@ -12,7 +12,7 @@ import torch
 from lightning_fabric import Fabric
 from lightning_fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 
 
 def resolve_accelerator(accelerator: str) -> str:

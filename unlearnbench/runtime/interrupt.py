@@ -8,8 +8,9 @@ where `check()` raises `Interrupted` (a KeyboardInterrupt: no `except Exception`
 - at the start of a job and between jobs (after each job's count line);
 - between the stages of a job (`progress.stage`);
 - at every batch of every training, unlearning and evaluation loop and at every round of the ranking task, each
-  loop iterating through `checked` (`train.batch_positions`, `evaluate.predict`, `federation.run_rounds`, the text
-  task's `Items.batches`, `TextTask.pairs` and evaluation batches), so that a long stage stops within one step;
+  loop iterating through `checked` (`train.batch_positions`, the image task's `evaluate.predict`, the ranking task's
+  `federation.run_rounds`, the text task's `Items.batches`, `TextTask.pairs` and evaluation batches), so that a long
+  stage stops within one step;
 - at every generated token (`text.evaluate.StopOnInterrupt`, a stopping criterion of Hugging Face's `generate`).
 
 Where the process only waits, for the local launcher's workers, SLURM's array tasks or a job's spawned ranks, or

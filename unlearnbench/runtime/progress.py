@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from unlearnbench.core.errors import FILE_ONLY, FileOnly
 from unlearnbench.runtime import interrupt
+from unlearnbench.runtime.errors import FILE_ONLY, FileOnly
 
 log = logging.getLogger("unlearnbench.progress")
 

@@ -36,8 +36,8 @@ from typing import Any
 import torch.distributed as dist
 from lightning_fabric import Fabric
 
-from unlearnbench.core.files import write_atomically
 from unlearnbench.runtime import interrupt
+from unlearnbench.runtime.files import write_atomically
 
 log = logging.getLogger(__name__)
 

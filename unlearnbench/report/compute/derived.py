@@ -20,6 +20,7 @@ import pandas as pd
 
 from unlearnbench.core.catalogue import STATISTICS, Catalogue, Derived
 from unlearnbench.core.files import EXAMPLES
+from unlearnbench.core.result import read_examples
 
 
 def derived_records(frame: pd.DataFrame, keys: list[str], catalogue: Catalogue) -> pd.DataFrame:
@@ -37,9 +38,9 @@ def per_example(folder: str, derived: Derived) -> pd.DataFrame | None:
     or None where the job has none (another task, examples off, an unreadable file: those are the per-example
     scores' to report)."""
     try:
-        frame = pd.read_parquet(Path(folder) / EXAMPLES, columns=["target", "role", "method", "split", "index",
-                                                                   derived.column])
-    except Exception:  # no file, no such column (another task), or a damaged file
+        frame = read_examples(Path(folder) / EXAMPLES, columns=["target", "role", "method", "split", "index",
+                                                                  derived.column])
+    except (OSError, ValueError):  # no file, no such column (another task), or a damaged file
         return None
     chosen = frame[frame["split"] == derived.split]
     return chosen.drop(columns="split").rename(columns={derived.column: "value"}) if len(chosen) else None

@@ -37,15 +37,14 @@ import pandas as pd
 
 from unlearnbench.core.catalogue import PerExample
 from unlearnbench.core.files import EXAMPLES
+from unlearnbench.core.result import SchemaError
+from unlearnbench.core.result import read_examples as examples_table
 from unlearnbench.report.compute import forgetting
 from unlearnbench.report.compute.analysis import sort_rows
 from unlearnbench.report.compute.seed_design import SIGNIFICANT, wilson
 from unlearnbench.report.read.catalogue import legacy_catalogue
-from unlearnbench.report.read.collect import ROLES, SchemaError
 
 FORGET_PERMUTATIONS = forgetting.NULL_PERMUTATIONS  # random splits behind each F's null (`report.permutations`)
-EXAMPLE_KINDS = {"target": "string", "role": "string", "method": "string", "split": "string", "index": "integer",
-                 "label": "integer", "conf": "float", "loss": "float", "pred": "integer"}
 KLOM_KINDS = ("forget", "retain", "test")  # KLOM's columns of D_f, D_r and D'_r (`split_kinds`)
 KLOM_COLUMNS = [f"klom_{kind}{suffix}" for kind in KLOM_KINDS
                 for suffix in ("", "_null_median", "_null_95pct", "_examples")]
@@ -77,34 +76,13 @@ def read_examples(path: Path, per_example: PerExample) -> pd.DataFrame:
     """The unlearned and retrained rows of a job's examples file, every split its task declares (target, role,
     method, split, index, label, conf): D_f for ε, F and LiRA, all three splits for KLOM. An `OSError` or a
     `SchemaError` with a one-line reason where the file is not a valid examples table; a non-finite conf fails it on
-    D_f only (elsewhere KLOM leaves a NaN's example out and clips ±∞, as its reference does)."""
-    try:
-        frame = pd.read_parquet(path)
-    except OSError:
-        raise
-    except Exception as error:  # pyarrow's own errors for a damaged file
-        raise SchemaError(f"not a readable Parquet file ({type(error).__name__}: {str(error).splitlines()[0]})") \
-            from None
-    for column, kind in EXAMPLE_KINDS.items():
-        if column not in frame:
-            raise SchemaError(f"no column {column!r}")
-        series = frame[column]
-        fits = {"string": pd.api.types.is_string_dtype(series) or pd.api.types.is_object_dtype(series),
-                "integer": pd.api.types.is_integer_dtype(series),
-                "float": pd.api.types.is_float_dtype(series)}[kind]
-        if not fits:
-            raise SchemaError(f"column {column!r} is {series.dtype}, not {kind}")
-    bad_role = ~frame["role"].isin(ROLES)
-    if bad_role.any():
-        raise SchemaError(f"role {frame['role'][bad_role].iloc[0]!r} is not one of {', '.join(ROLES)}")
+    D_f only (elsewhere KLOM leaves a NaN's example out and clips ±∞, as its reference does). The contract's own
+    checks are its reader's (`core.result.read_examples`); the splits are the task's declarations."""
+    frame = examples_table(path)
     splits = split_kinds(per_example)
     bad_split = ~frame["split"].isin(splits)
     if bad_split.any():
         raise SchemaError(f"split {frame['split'][bad_split].iloc[0]!r} is not one of {', '.join(splits)}")
-    if (frame["method"].isna() != (frame["role"] != "unlearned")).any():
-        raise SchemaError("a method on an original or retrained row, or none on an unlearned one")
-    if (frame["index"] < 0).any():
-        raise SchemaError("a negative example index")
     forget = frame[frame["split"] == per_example.forget]
     if not np.isfinite(forget["conf"].to_numpy(dtype=float)).all():
         raise SchemaError("a non-finite conf on the forget set")

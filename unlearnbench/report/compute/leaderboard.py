@@ -35,8 +35,8 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from unlearnbench.core.catalogue import RETRAINED, Catalogue
-from unlearnbench.core.errors import UserError
 from unlearnbench.report.compute.seed_design import rounded
+from unlearnbench.runtime.errors import UserError
 
 OPTION = "report.leaderboard.metrics"  # the option naming the leaderboard's metrics (`--leaderboard-metrics`)
 AGGREGATE = "mean_rank"  # the aggregate's metric name in leaderboard.csv

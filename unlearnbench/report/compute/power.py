@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.report.compute.stats import MIN_PLAN_TRAINING_SEEDS, nested_variance
+from unlearnbench.runtime.errors import UserError
 
 ALPHA = 0.05  # the test's level
 TARGET_POWER = 0.8

@@ -30,9 +30,9 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from unlearnbench.core.catalogue import RETRAINED, Catalogue
-from unlearnbench.core.errors import UserError
 from unlearnbench.report.compute import power, stats
 from unlearnbench.report.compute.analysis import Study, sort_rows
+from unlearnbench.runtime.errors import UserError
 
 SIGNIFICANT = 12  # scores equal to this many significant digits are ties (a mean's last bits are not a ranking)
 TARGET_SE = 0.01  # the default target standard error of a method's mean (`report.target_se`)

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy import stats
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 
 FEW_TRAINING_SEEDS = 10  # warn below this many training seeds
 NULL_PERMUTATIONS = 1000

@@ -38,10 +38,10 @@ import pandas as pd
 from scipy import stats
 
 from unlearnbench.core.catalogue import Catalogue
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.tuning import DEFAULT, DEFAULTS, RANDOM, TPE, TRIAL, TUNED, TUNING
 from unlearnbench.report.compute.leaderboard import block_scores, parse_metrics
 from unlearnbench.report.read.collect import catalogue_of, load_results
+from unlearnbench.runtime.errors import UserError
 
 
 def objective_metrics(names: Sequence[str] | None, catalogue: Catalogue) -> list[tuple[str, str]]:

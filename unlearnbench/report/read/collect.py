@@ -1,10 +1,11 @@
 """Read every `result.json` under sweep folders into one tidy table (pandas; no torch).
 
 Whatever a file holds, the report is built: a file that cannot be read, is not JSON, is larger than any result or
-does not have the shape of a result (`check_result`) counts as a failed job, listed with a one-line reason naming
-the file and the problem; a damaged metric catalogue costs only its declarations (`catalogue.py`). Non-finite
-values (JSON `Infinity`, `NaN`) are treated as missing, and counted for a warning, so that one diverged run cannot
-turn every mean into inf.
+does not have the shape of a result (the contract's one reader decides: `core.result.read_result`), or has a job
+field named as one of the report's own columns, counts as a failed job, listed with a one-line reason naming the
+file and the problem; a damaged metric catalogue costs only its declarations (`catalogue.py`). Non-finite values
+(JSON `Infinity`, `NaN`) are treated as missing, and counted for a warning, so that one diverged run cannot turn
+every mean into inf.
 """
 
 from __future__ import annotations
@@ -12,149 +13,28 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
-import reprlib
 from pathlib import Path
 
 import pandas as pd
 
 from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.core.files import RESULT
+from unlearnbench.core.result import SchemaError, check_failures, read_result
 from unlearnbench.report.read.catalogue import merged, result_catalogue, result_legacy
 
 log = logging.getLogger(__name__)
 RECORD_COLUMNS = ["target", "method", "role", "metric", "split", "value", "round"]
-STATUSES = ("complete", "failed")
-ROLES = ("original", "retrained", "unlearned")
-MAX_RESULT_BYTES = 256 * 2**20  # a real result holds a few MiB: a larger file is refused without reading it
-INT64 = 2**63  # seeds, rounds and numbers in job fields must fit the int64 columns of the tables
 # Columns the collector sets itself: a job field of one of these names would overwrite them.
 COST_COLUMNS = ["cost_original_s", "cost_retrained_s"]  # training time of M_o, and of the row's target's M_r
 RESERVED = {"folder", "status", "error", "numerics", "job_method", *RECORD_COLUMNS, *COST_COLUMNS} - {"method"}
-SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # a surrogate escape: lone ones cannot be written to any file
 SHOWN = 5  # jobs (and metrics per job) a warning names before "… more"
 
 
-class SchemaError(ValueError):
-    """Valid JSON that is not a result: the message names the field and what is wrong with it."""
-
-
-def _int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and -INT64 <= value < INT64
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _scalar(value) -> bool:
-    return value is None or isinstance(value, (str, bool, float)) or _int(value)
-
-
-def _flat(value) -> bool:
-    """A scalar, or a list or object of scalars (the fields of a numerics identity)."""
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
-    return all(_scalar(item) for item in items)
-
-
-def _require(ok: bool, where: str, value, expected: str) -> None:
-    if not ok:
-        raise SchemaError(f"{where}: {reprlib.repr(value)} is not {expected}")
-
-
-RECORD_SCHEMA = [  # (key, test, what it must be); `round` alone may be absent
-    ("metric", lambda v: isinstance(v, str), "a string"),
-    ("role", lambda v: v in ROLES, "one of " + ", ".join(ROLES)),
-    ("target", lambda v: isinstance(v, str) or _int(v), "a string or an integer"),
-    ("method", lambda v: v is None or isinstance(v, str), "a string or null"),
-    ("split", lambda v: v is None or isinstance(v, str), "a string or null"),
-    ("value", lambda v: v is None or _number(v), "a number or null"),
-    ("round", lambda v: v is None or _int(v), "an integer or null"),
-]
-
-
-def check_result(result) -> None:
-    """Raise a `SchemaError` naming the first field of `result` (parsed JSON) that a result cannot hold: the
-    reporter's tables and statistics rely on these types (seeds as int64, a known role, a number or null as value)."""
-    _require(isinstance(result, dict), "the file", result, "a JSON object")
-    _require(result.get("status") in STATUSES, "status", result.get("status"), " or ".join(STATUSES))
-    check_job(result.get("job"), complete=result["status"] == "complete")
-    records = result.get("records")
-    _require(records is None or isinstance(records, list), "records", records, "a list")
-    for k, record in enumerate(records or []):
-        check_record(record, f"records[{k}]")
-    check_numerics(result.get("numerics"))
-
-
-def check_job(job, complete: bool) -> None:
-    """The job's fields: scalars, seeds as integers. A failed job may lack its seeds (a config that did not resolve):
-    its error is what the report shows, and its records never enter the statistics."""
-    _require(isinstance(job, dict), "job", job, "an object")
-    if complete:
-        _require(_int(job.get("seed_train")), "job.seed_train", job.get("seed_train"), "an integer")
-    for key in ("seed_train", "seed_unlearn", "seed_eval", "seed_forget"):
-        _require(job.get(key) is None or _int(job[key]), f"job.{key}", job.get(key), "an integer or null")
-    for key, value in job.items():
+def check_columns(job: dict) -> None:
+    """A `SchemaError` where a job field bears the name of a column the report sets itself (it would overwrite it)."""
+    for key in job:
         if key in RESERVED:
             raise SchemaError(f"job.{key}: a name the reporter keeps for its own column, not a job field")
-        _require(_scalar(value), f"job.{key}", value, "a string, number, boolean or null")
-
-
-def check_record(record, where: str) -> None:
-    _require(isinstance(record, dict), where, record, "an object")
-    for key, test, expected in RECORD_SCHEMA:
-        if key not in record and key != "round":
-            raise SchemaError(f"{where}: no {key!r}")
-        _require(test(record.get(key)), f"{where}.{key}", record.get(key), expected)
-
-
-def check_numerics(numerics) -> None:
-    if numerics is None:
-        return
-    _require(isinstance(numerics, dict), "numerics", numerics, "an object or null")
-    for key, value in numerics.items():
-        _require(_flat(value), f"numerics.{key}", value, "a value, or a list or object of values")
-    _require(numerics.get("id") is None or isinstance(numerics["id"], str), "numerics.id", numerics.get("id"),
-             "a string")
-    _require(numerics.get("world_size") is None or _int(numerics["world_size"]), "numerics.world_size",
-             numerics.get("world_size"), "an integer")
-
-
-def check_failures(failures) -> None:
-    """The optional `failures` list: one {target, method, error} per method that failed or diverged in a job whose
-    other methods completed."""
-    _require(isinstance(failures, list), "failures", failures, "a list")
-    for k, failure in enumerate(failures):
-        where = f"failures[{k}]"
-        _require(isinstance(failure, dict), where, failure, "an object")
-        _require(isinstance(failure.get("target"), str) or _int(failure.get("target")), f"{where}.target",
-                 failure.get("target"), "a string")
-        _require(failure.get("method") is None or isinstance(failure["method"], str), f"{where}.method",
-                 failure.get("method"), "a string or null")
-        _require(isinstance(failure.get("error"), str), f"{where}.error", failure.get("error"), "a string")
-
-
-def read_result(path: Path) -> dict:
-    """The checked result in `path`; an `OSError` or `ValueError` (a `SchemaError` for valid JSON of the wrong
-    shape) with a one-line reason otherwise. Oversized files are refused unread, and nesting deeper than the
-    parser's recursion limit is a reason, not a crash."""
-    size = path.stat().st_size
-    if size > MAX_RESULT_BYTES:
-        raise SchemaError(f"{size / 2**20:.0f} MiB, larger than a result can be (at most {MAX_RESULT_BYTES // 2**20} "
-                          "MiB): not read")
-    try:
-        raw = path.read_bytes()
-        result = json.loads(raw)
-        if SURROGATE.search(raw):
-            json.dumps(result, ensure_ascii=False).encode()
-    except RecursionError:
-        raise SchemaError("nested too deeply to be a result") from None
-    except MemoryError:
-        raise SchemaError("too large to read into memory") from None
-    except UnicodeEncodeError:
-        raise SchemaError("holds text with a lone surrogate (an invalid \\ud800-\\udfff escape)") from None
-    check_result(result)
-    return result
 
 
 def failed_methods(jobs: list[dict]) -> list[dict]:
@@ -191,6 +71,7 @@ def load_results(folders: list[Path]) -> tuple[pd.DataFrame, list[dict]]:
         folder = printable(path.parent)
         try:
             result = read_result(path)
+            check_columns(result["job"])
         except (OSError, ValueError) as error:
             status = "invalid" if isinstance(error, SchemaError) else "unreadable"
             jobs.append({"folder": folder, "status": status, "error": f"{path.name}: {error}"})

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from unlearnbench.core.result import INT64, ROLES
 from unlearnbench.report.compute.analysis import ROLE_ORDER
-from unlearnbench.report.read.collect import INT64, ROLES, SHOWN, finite
+from unlearnbench.report.read.collect import SHOWN, finite
 
 SERIES = ("loss", "train_acc", "lr")
 CURVE_COLUMNS = ["folder", "curve", "role", "target", "method", "seed", "epoch", *SERIES]

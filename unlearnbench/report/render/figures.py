@@ -52,9 +52,9 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from unlearnbench.core.catalogue import RETRAINED
-from unlearnbench.core.files import WriteError, atomic_path, make_folder, remove_file
 from unlearnbench.report.compute.analysis import ROLE_ORDER, Study, matching
 from unlearnbench.report.compute.seed_design import rank_label
+from unlearnbench.runtime.files import WriteError, atomic_path, make_folder, remove_file
 
 MAX_PANELS = 6
 DPI = 90

@@ -16,25 +16,25 @@ from unlearnbench.core.bench import Bench, Evaluation, Scored
 from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.core.components import build
 from unlearnbench.core.config import TrainRecipe
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.outcome import Outcome, as_records, cost_scores
 from unlearnbench.core.plan import JobPlan
 from unlearnbench.core.relearn import RelearnSettings
 from unlearnbench.core.validation import scored_part
 from unlearnbench.runtime import progress
 from unlearnbench.runtime.cache import ModelCache
-from unlearnbench.runtime.evaluate import evaluation_batch_size
-from unlearnbench.runtime.models import ModelStore, Trained, training_channels_last
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.seeding import streams
 from unlearnbench.tasks.image.data.base import ImageData, full_pool
 from unlearnbench.tasks.image.data.scenarios import Scenario, Splits
 from unlearnbench.tasks.image.data.transforms import Normalizer
+from unlearnbench.tasks.image.evaluate import evaluation_batch_size
 from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask
 from unlearnbench.tasks.image.metrics.added import added_catalogue
-from unlearnbench.tasks.image.metrics.examples import ExampleTable
+from unlearnbench.tasks.image.metrics.examples import ImageExamples
 from unlearnbench.tasks.image.metrics.relearn import ImageRelearning
 from unlearnbench.tasks.image.metrics.scoring import Evaluator, Outputs, Scorer
+from unlearnbench.tasks.image.models.store import ModelStore, Trained, training_channels_last
 
 
 def scored_test_pool(data: ImageData, config: dict, outcome: Outcome) -> ImageData:
@@ -82,7 +82,8 @@ class Workbench(Bench):
         self.evaluator = Evaluator(fabric, self.data, self.store, self.normalizer, batch_size)
         self.original_outputs: Outputs | None = None  # M_o's, the same for every target (`original`)
         if cfg.evaluation.examples:
-            outcome.examples = ExampleTable(cfg.evaluation.examples_per_split, outcome.dataset["fingerprint"])
+            outcome.examples = ImageExamples(per_split=cfg.evaluation.examples_per_split,
+                                             fingerprint=outcome.dataset["fingerprint"])
 
     def stage(self, title: str, timing: str):
         return self.outcome.stage(title, timing)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from unlearnbench.core.errors import UserError
-from unlearnbench.core.files import write_atomically
+from unlearnbench.runtime.errors import UserError
+from unlearnbench.runtime.files import write_atomically
 
 FEATURES = 46
 

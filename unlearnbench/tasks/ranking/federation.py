@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.runtime import interrupt
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.ranking import pdgd
 from unlearnbench.tasks.ranking.data import LetorData, Queries
 from unlearnbench.tasks.ranking.pdgd import DEPTH, ClickModel, click_model

@@ -21,11 +21,11 @@ from lightning_fabric import Fabric
 from unlearnbench import __version__
 from unlearnbench.core.bench import Bench, Evaluation, Scored
 from unlearnbench.core.components import build
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.outcome import Outcome, as_records, cost_scores
 from unlearnbench.core.plan import JobPlan
 from unlearnbench.core.result import finite
 from unlearnbench.runtime.cache import ModelCache, cache_key, cached_or_trained
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.tasks.ranking.data import LetorData
 from unlearnbench.tasks.ranking.federation import ModelPoisoning, Rounds, Simulator, TrainedFederation, train_federation

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.runtime import interrupt
+from unlearnbench.runtime.errors import UserError
 
 DEPTH = 10  # documents displayed, clicks simulated and NDCG computed at
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text.muse import pretraining_chunks
 
 TARGET = "forget"

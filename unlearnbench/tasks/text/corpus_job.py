@@ -18,11 +18,11 @@ from dataclasses import replace
 import numpy as np
 from lightning_fabric import Fabric
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.outcome import Outcome
 from unlearnbench.core.plan import JobPlan
 from unlearnbench.core.validation import scored_part
 from unlearnbench.runtime import progress
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text.corpus import CorpusData, CorpusSplits, ForgetCorpus
 from unlearnbench.tasks.text.evaluate import TextExamples
 from unlearnbench.tasks.text.job import EVAL_BATCH, TextBench, TextEvaluation, TunedModel

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 
 IGNORE = -100  # the label of a position the loss skips (the prompt, the padding)
 BUILT_IN = "built-in"  # what a dataset's `files` says of a part generated from a seed, read from no file

@@ -22,10 +22,10 @@ from lightning_fabric import Fabric
 from lightning_fabric.wrappers import is_wrapped
 from torch import nn
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.core.examples import COLUMNS, ExampleTable
 from unlearnbench.runtime import interrupt
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.seeding import streams
-from unlearnbench.tasks.image.metrics.examples import ExampleTable
 from unlearnbench.tasks.text import metrics
 from unlearnbench.tasks.text.data import collate
 from unlearnbench.tasks.text.losses import shifted
@@ -386,9 +386,8 @@ def model_scores(outputs: dict[str, SplitOutputs], retrained: dict[str, SplitOut
 
 
 EXAMPLE_SPLITS = ("forget", "retain", "holdout")
-TEXT_COLUMNS = ("target", "role", "method", "split", "index", "label", "conf", "loss", "pred", "loss_true",
-                "loss_perturbed", "truth_ratio", "prob", "rouge_l_recall", "mia_zlib", "mia_min_k", "mia_min_k_pp",
-                "mia_reference", "mia_gradnorm")
+TEXT_COLUMNS = (*COLUMNS, "loss_true", "loss_perturbed", "truth_ratio", "prob", "rouge_l_recall", "mia_zlib",
+                "mia_min_k", "mia_min_k_pp", "mia_reference", "mia_gradnorm")
 
 
 def confidence(loss: np.ndarray) -> np.ndarray:
@@ -422,17 +421,4 @@ class TextExamples(ExampleTable):
                       "mia_zlib": out.mia["zlib"], "mia_min_k": out.mia["min_k"], "mia_min_k_pp": out.mia["min_k_pp"],
                       "mia_reference": reference_score(out, reference[split]),
                       "mia_gradnorm": out.mia.get("gradnorm", missing)}
-            for name, value in {"target": target, "role": role, "method": method, "split": split}.items():
-                self.columns[name] += [value] * n
-            for name, value in values.items():
-                self.columns[name].append(np.asarray(value))
-
-    def frame(self):
-        import pandas as pd
-
-        frame = pd.DataFrame({name: pd.Series(self.columns[name], dtype="string")
-                              for name in ("target", "role", "method", "split")})
-        for name in list(self.columns)[4:]:
-            values = np.concatenate(self.columns[name]) if self.columns[name] else np.zeros(0)
-            frame[name] = values.astype(np.int64 if name in ("index", "label", "pred") else np.float64)
-        return frame
+            self.extend(n, {"target": target, "role": role, "method": method, "split": split}, values)

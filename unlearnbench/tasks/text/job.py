@@ -29,7 +29,6 @@ from unlearnbench import __version__
 from unlearnbench.core.bench import Bench, Evaluation, Scored
 from unlearnbench.core.components import SEARCH_SPACE, build, target_of
 from unlearnbench.core.config import TrainRecipe
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.method import keyed
 from unlearnbench.core.outcome import Diverged, Outcome, as_records, cost_scores
 from unlearnbench.core.plan import JobPlan
@@ -37,6 +36,7 @@ from unlearnbench.core.relearn import RelearnSettings
 from unlearnbench.core.validation import scored_part
 from unlearnbench.runtime import progress
 from unlearnbench.runtime.cache import ModelCache, cache_key, cached_or_trained, derived_key
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.seeding import global_seed, streams
 from unlearnbench.runtime.train import NonFiniteStep
@@ -94,7 +94,7 @@ class TextBench(Bench):
         self.splits = {target: self.scored_holdout(target, splits) for target, splits in drawn.items()}
         self.general = self.data.real_authors + self.data.world_facts
         if plan.config["evaluation"]["examples"]:
-            outcome.examples = TextExamples(0, outcome.dataset["fingerprint"])
+            outcome.examples = TextExamples()
 
     def prepare(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
         """What every text bench shares: the data loaded, the scenario, model and methods built, the tokenizer

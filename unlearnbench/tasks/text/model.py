@@ -22,9 +22,9 @@ from lightning_fabric import Fabric
 from torch import Tensor, nn
 
 from unlearnbench.core.config import AT_LEAST_1, Range, option_range_problems
-from unlearnbench.core.errors import UserError
-from unlearnbench.runtime.models import full_state_dict
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.seeding import global_seed
+from unlearnbench.runtime.state import full_state_dict
 from unlearnbench.tasks.text.data import IGNORE, Template, chat_prompt, encode, encode_chat, prompt_ids, train_tokenizer
 from unlearnbench.tasks.text.losses import shifted
 

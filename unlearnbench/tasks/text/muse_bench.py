@@ -26,6 +26,7 @@ import numpy as np
 from lightning_fabric import Fabric
 from torch import nn
 
+from unlearnbench.core.examples import COLUMNS
 from unlearnbench.tasks.text import metrics
 from unlearnbench.tasks.text.corpus import CorpusData
 from unlearnbench.tasks.text.corpus_job import CorpusBench
@@ -44,7 +45,7 @@ from unlearnbench.tasks.text.train import Items
 
 FORGET, RETAIN = "forget", "retain"
 PRIVLEAK_SPLITS = (FORGET, RETAIN, "holdout")  # members, members M_r trained on too, never trained on
-MUSE_COLUMNS = ("target", "role", "method", "split", "index", "label", "conf", "loss", "pred", "mia_min_k")
+MUSE_COLUMNS = (*COLUMNS, "mia_min_k")
 NEW_TOKENS = {"verbmem": 128, "knowmem": 32}  # OpenUnlearning's generation_args for MUSE
 
 
@@ -154,13 +155,10 @@ class MuseExamples(TextExamples):
                   reference: MuseOutputs) -> None:
         for split, loss in outputs.loss.items():
             n = len(loss)
-            for name, value in {"target": target, "role": role, "method": method, "split": split}.items():
-                self.columns[name] += [value] * n
             index = positions.get(f"privleak_{split}", np.arange(n))  # in the whole set, where a job scores a part
             values = {"index": index, "label": np.full(n, -1), "conf": confidence(loss), "loss": loss,
                       "pred": outputs.exact[split], "mia_min_k": outputs.min_k[split]}
-            for name, value in values.items():
-                self.columns[name].append(np.asarray(value))
+            self.extend(n, {"target": target, "role": role, "method": method, "split": split}, values)
 
 
 class MuseBench(CorpusBench):
@@ -169,7 +167,7 @@ class MuseBench(CorpusBench):
     preset = "experiment=muse"
 
     def examples(self) -> MuseExamples:
-        return MuseExamples(0, self.outcome.dataset["fingerprint"])
+        return MuseExamples()
 
     def evaluator(self, batch_size: int) -> MuseEvaluator:
         return MuseEvaluator(self.fabric, self.tokenizer, self.data, self.model.max_length, batch_size,

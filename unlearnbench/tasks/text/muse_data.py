@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text.corpus import CorpusData, parquet_rows, recorded, refusals_of
 from unlearnbench.tasks.text.data import BUILT_IN, SYLLABLES, VALUES
 from unlearnbench.tasks.text.tofu import chosen_folder, hf_caches, hub_snapshots

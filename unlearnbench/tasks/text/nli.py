@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from unlearnbench.core.errors import invalid
 from unlearnbench.runtime import interrupt
+from unlearnbench.runtime.errors import invalid
 from unlearnbench.tasks.text.model import pretrained_problem
 
 OPTION = "evaluation.sampling.nli"

@@ -48,10 +48,11 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from unlearnbench.core.catalogue import Catalogue
-from unlearnbench.core.errors import UserError
-from unlearnbench.core.files import EXAMPLES, RESULT, WriteError, make_folder
+from unlearnbench.core.files import EXAMPLES, RESULT
 from unlearnbench.core.outcome import Outcome
-from unlearnbench.core.result import document, write_json
+from unlearnbench.core.result import document, stored_result, write_json
+from unlearnbench.runtime.errors import UserError
+from unlearnbench.runtime.files import WriteError, make_folder
 from unlearnbench.tasks.text import metrics
 from unlearnbench.tasks.text.catalogue import CATALOGUE, MUSE_CATALOGUE, WMDP_CATALOGUE
 from unlearnbench.tasks.text.evaluate import TEXT_COLUMNS, TextExamples, confidence
@@ -705,7 +706,7 @@ def example_rows(run: Evaluation, target: str, role: str, method: str | None) ->
 
 def examples_table(frame: pd.DataFrame) -> TextExamples:
     """The rows as the task's own examples table, which types and writes them (the `Examples` of `publish`)."""
-    table = TextExamples(0, "")
+    table = TextExamples()
     for name in TEXT_COLUMNS:
         values = frame[name].to_numpy()
         table.columns[name] = [None if v is None or v != v else v for v in values] if name in TEXT_COLUMNS[:4] \
@@ -914,12 +915,8 @@ def former_import(entry: Path) -> bool:
     """Whether `entry` of an output folder belongs to an import: its report, or a job folder of an imported run."""
     if entry.name == "report" and entry.is_dir():
         return True
-    try:
-        result = json.loads((entry / RESULT).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(result, dict) and isinstance(result.get("source"), dict) and result["source"].get(
-        "tool") == TOOL
+    result = stored_result(entry / RESULT)
+    return result is not None and isinstance(result.get("source"), dict) and result["source"].get("tool") == TOOL
 
 
 def refuse_foreign_out(out: Path) -> None:

@@ -16,9 +16,9 @@ from lightning_fabric import Fabric
 from lightning_fabric.wrappers import is_wrapped
 from torch import nn
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.relearn import Measurement, Relearning, RelearnSettings
 from unlearnbench.runtime import interrupt
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.seeding import global_seed
 from unlearnbench.tasks.text.evaluate import FORGET
 from unlearnbench.tasks.text.losses import sequence_nll, shifted, token_mean_nll

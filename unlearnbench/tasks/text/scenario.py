@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text.data import FIXED_SPLITS, TextData
 
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text.corpus import decoded_text, recorded, refusals_of, table_rows
 from unlearnbench.tasks.text.data import TextData
 

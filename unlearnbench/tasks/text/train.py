@@ -17,8 +17,8 @@ from lightning_fabric import Fabric
 from lightning_fabric.strategies import DeepSpeedStrategy
 from torch import Tensor, nn
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.runtime import interrupt
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.progress import EpochMeter
 from unlearnbench.runtime.train import NonFiniteStep, recipe_schedule
 from unlearnbench.tasks.text.data import IGNORE, collate

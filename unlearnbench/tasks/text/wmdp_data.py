@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text.corpus import CorpusData, recorded, refusals_of
 from unlearnbench.tasks.text.data import BUILT_IN, SYLLABLES, VALUES
 from unlearnbench.tasks.text.multiple_choice import LETTERS, SUBJECTS, context

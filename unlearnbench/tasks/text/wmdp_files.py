@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text.corpus import decoded_text, parquet_rows
 from unlearnbench.tasks.text.multiple_choice import LETTERS
 

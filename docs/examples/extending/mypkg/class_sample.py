@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.image.data.base import ImageData
 from unlearnbench.tasks.image.data.scenarios import Scenario, Splits, by_mask, find_name, where
 

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from unlearnbench.core.config import POSITIVE, Range
-from unlearnbench.runtime.train import cross_entropy_epochs
 from unlearnbench.tasks.image.methods.base import Method, UnlearningTask, setting
+from unlearnbench.tasks.image.train import cross_entropy_epochs
 
 
 class NoisyFineTune(Method):

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 
 
 @dataclass(frozen=True)

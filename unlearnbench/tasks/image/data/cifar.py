@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.image.data.base import ImageData, ImageSource, check_labels, one_line
 
 CIFAR_PAGE = "https://www.cs.toronto.edu/~kriz/cifar.html"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from unlearnbench.core.errors import invalid
+from unlearnbench.runtime.errors import invalid
 from unlearnbench.tasks.image.data.base import ImageData, ImageSource
 
 

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from unlearnbench.core.errors import UserError, invalid
-from unlearnbench.core.files import atomic_path, make_folder
+from unlearnbench.runtime.errors import UserError, invalid
+from unlearnbench.runtime.files import atomic_path, make_folder
 from unlearnbench.tasks.image.data.base import ImageData, ImageSource, one_line
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from fractions import Fraction
 import torch
 from torch import Tensor
 
-from unlearnbench.core.errors import UserError, invalid
+from unlearnbench.runtime.errors import UserError, invalid
 from unlearnbench.tasks.image.data.base import ImageData, Subset, full_pool
 
 

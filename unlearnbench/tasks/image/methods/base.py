@@ -14,16 +14,16 @@ import torch
 from lightning_fabric import Fabric
 from torch import Tensor, nn
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.method import Method as BaseMethod
 from unlearnbench.core.method import keyed
 from unlearnbench.runtime.cache import Entry
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.monitor import Cost
 from unlearnbench.runtime.seeding import Streams
-from unlearnbench.runtime.train import Batches
 from unlearnbench.tasks.image.data.base import ImageData, Subset
 from unlearnbench.tasks.image.data.scenarios import Scenario, Splits
 from unlearnbench.tasks.image.data.transforms import Normalizer
+from unlearnbench.tasks.image.train import Batches
 
 
 @dataclass

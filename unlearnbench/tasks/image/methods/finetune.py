@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from unlearnbench.runtime.train import cross_entropy_epochs
 from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, setting
+from unlearnbench.tasks.image.train import cross_entropy_epochs
 
 
 class FineTune(ImageMethod):

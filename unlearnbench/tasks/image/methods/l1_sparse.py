@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from unlearnbench.core.config import AT_LEAST_0, Range
-from unlearnbench.runtime.train import cross_entropy_epochs
 from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, setting
+from unlearnbench.tasks.image.train import cross_entropy_epochs
 
 
 def l1_weight(alpha: float, epoch: int, epochs: int) -> float:

@@ -23,8 +23,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from unlearnbench.core.config import Range
-from unlearnbench.runtime.train import Batches, descend, float_logits
+from unlearnbench.runtime.train import descend, float_logits
 from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, setting
+from unlearnbench.tasks.image.train import Batches
 
 
 def neggrad_loss(model: nn.Module, retain: tuple[Tensor, Tensor], forget: tuple[Tensor, Tensor] | None,

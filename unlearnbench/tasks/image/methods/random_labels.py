@@ -26,9 +26,9 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
-from unlearnbench.runtime.train import Batches, cross_entropy_epochs
 from unlearnbench.tasks.image.data.base import Subset
 from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, random_other_labels, setting
+from unlearnbench.tasks.image.train import Batches, cross_entropy_epochs
 
 
 def relabelled(task: UnlearningTask) -> tuple[Subset, Tensor]:

@@ -49,9 +49,10 @@ from lightning_fabric import Fabric
 from torch import Tensor, nn
 
 from unlearnbench.core.config import Range
-from unlearnbench.runtime.train import Batches, float_logits
+from unlearnbench.runtime.train import float_logits
 from unlearnbench.tasks.image.data.base import Subset
 from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, random_other_labels, setting
+from unlearnbench.tasks.image.train import Batches
 
 ORDERS = ("passes", "mixed")
 RELABELS = ("other", "any")

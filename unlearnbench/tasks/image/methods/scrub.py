@@ -37,8 +37,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from unlearnbench.core.config import AT_LEAST_0, AT_LEAST_1, Range
-from unlearnbench.runtime.train import Batches, descend, float_logits
+from unlearnbench.runtime.train import descend, float_logits
 from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, refuse_float16, setting
+from unlearnbench.tasks.image.train import Batches
 
 OPTIMIZERS = ("sgd", "adam")
 

@@ -78,13 +78,14 @@ from lightning_fabric.wrappers import is_wrapped
 from torch import Tensor, nn
 
 from unlearnbench.core.config import AT_LEAST_0, Range
-from unlearnbench.core.errors import UserError
 from unlearnbench.runtime.cache import tensor_digest
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.monitor import Cost
-from unlearnbench.runtime.train import Batches, float_logits
+from unlearnbench.runtime.train import float_logits
 from unlearnbench.tasks.image.data.base import Subset
 from unlearnbench.tasks.image.data.scenarios import FullClass, RandomSample, SubClass
 from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, setting
+from unlearnbench.tasks.image.train import Batches
 
 log = logging.getLogger(__name__)
 

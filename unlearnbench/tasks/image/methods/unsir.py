@@ -40,13 +40,14 @@ from lightning_fabric.strategies import DeepSpeedStrategy
 from torch import Tensor, nn
 
 from unlearnbench.core.config import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range
-from unlearnbench.core.errors import UserError
 from unlearnbench.runtime import interrupt
-from unlearnbench.runtime.train import batch_count, batch_positions, cross_entropy_epochs, descend, float_logits
+from unlearnbench.runtime.errors import UserError
+from unlearnbench.runtime.train import batch_count, batch_positions, descend, float_logits
 from unlearnbench.tasks.image.data.base import Subset
 from unlearnbench.tasks.image.data.scenarios import Scenario, SubClass
 from unlearnbench.tasks.image.data.transforms import Normalizer, to_unit
 from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, setting
+from unlearnbench.tasks.image.train import cross_entropy_epochs
 
 
 def retain_sample(task: UnlearningTask, per_class: int) -> Subset:

@@ -1,4 +1,4 @@
-"""Per-example outputs: `examples.parquet`, one row per (target, model, split, example), beside `result.json`.
+"""The image task's per-example outputs: its rows of `examples.parquet` (`core.examples.ExampleTable`).
 
 The per-example privacy scores (the NeurIPS 2023 unlearning competition's ε and forgetting quality, LiRA) compare many
 models on the same examples, so every job writes what they need, and the reporter pools jobs:
@@ -18,23 +18,18 @@ is finite at any logit gap (log(1 − p) would be −inf once p rounds to 1, at 
 
 from __future__ import annotations
 
-import os
-import pickle
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from unlearnbench.core.files import atomic_path
+from unlearnbench.core.examples import ExampleTable
 from unlearnbench.runtime.seeding import streams
 from unlearnbench.tasks.image.data.base import ImageData, Subset
 from unlearnbench.tasks.image.data.scenarios import Splits
 
 SPLITS = ("forget_train", "retain_train", "retain_test")  # D_f whole; samples of D_r and D'_r
-COLUMNS = ("target", "role", "method", "split", "index", "label", "conf", "loss", "pred")
 
 
 def confidence_and_loss(logits: Tensor, labels: Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -62,14 +57,13 @@ def sampled(subset: Subset, order: np.ndarray, count: int) -> np.ndarray:
     return np.sort(order[members[order]][:count])
 
 
-@dataclass
-class ExampleTable:
-    """The rows of one job's `examples.parquet`, gathered model by model, as NumPy arrays and lists (it goes back
-    from a spawned rank to the launching process under ddp_spawn: `__getstate__`)."""
+@dataclass(kw_only=True)
+class ImageExamples(ExampleTable):
+    """The rows of an image job's `examples.parquet`: per target, its chosen examples (`choose`), then each model's
+    rows for them (`add`)."""
 
     per_split: int
     fingerprint: str  # the dataset's (`ImageData.fingerprint`): the samples' seed
-    columns: dict[str, list] = field(default_factory=lambda: {name: [] for name in COLUMNS})
     chosen: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # target → split → positions in pool
     orders: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -99,50 +93,7 @@ class ExampleTable:
             logits = pools[subset.pool][rows]
             conf, loss = confidence_and_loss(logits, labels)
             n = len(positions)
-            self.columns["target"] += [target] * n
-            self.columns["role"] += [role] * n
-            self.columns["method"] += [method] * n
-            self.columns["split"] += [split] * n
-            self.columns["index"].append(subset.data.loaded_positions(subset.pool, positions))
-            self.columns["label"].append(labels.numpy())
-            self.columns["conf"].append(conf)
-            self.columns["loss"].append(loss)
-            self.columns["pred"].append(logits.argmax(1).numpy() if n else np.zeros(0, np.int64))
-
-    def __len__(self) -> int:
-        return len(self.columns["target"])
-
-    def __getstate__(self) -> dict:
-        """Pickled as the path of a temporary file that holds it: a spawned rank returns its outcome through a pipe
-        that Lightning reads only after the rank has ended, so a table larger than the pipe's buffer (64 KiB) would
-        block the rank forever."""
-        handle, path = tempfile.mkstemp(prefix="unlearnbench-examples-", suffix=".pickle")
-        with os.fdopen(handle, "wb") as file:
-            pickle.dump(self.__dict__, file, protocol=pickle.HIGHEST_PROTOCOL)
-        return {"spilled": path}
-
-    def __setstate__(self, state: dict) -> None:
-        with open(state["spilled"], "rb") as file:
-            self.__dict__.update(pickle.load(file))
-        os.unlink(state["spilled"])
-
-    def frame(self):
-        import pandas as pd
-
-        numeric = {name: np.concatenate(self.columns[name]) if self.columns[name] else np.zeros(0)
-                   for name in ("index", "label", "conf", "loss", "pred")}
-        return pd.DataFrame({
-            "target": pd.Series(self.columns["target"], dtype="string"),
-            "role": pd.Series(self.columns["role"], dtype="string"),
-            "method": pd.Series(self.columns["method"], dtype="string"),
-            "split": pd.Series(self.columns["split"], dtype="string"),
-            "index": numeric["index"].astype(np.int64), "label": numeric["label"].astype(np.int64),
-            "conf": numeric["conf"].astype(np.float64), "loss": numeric["loss"].astype(np.float64),
-            "pred": numeric["pred"].astype(np.int64)})
-
-    def write(self, path: Path) -> None:
-        """Publish the table whole (a temporary file renamed into place) or leave no file: a crash while writing
-        leaves the previous file or none."""
-        frame = self.frame()
-        with atomic_path(path) as temporary:
-            frame.to_parquet(temporary, index=False)
+            self.extend(n, {"target": target, "role": role, "method": method, "split": split},
+                        {"index": subset.data.loaded_positions(subset.pool, positions), "label": labels.numpy(),
+                         "conf": conf, "loss": loss,
+                         "pred": logits.argmax(1).numpy() if n else np.zeros(0, np.int64)})

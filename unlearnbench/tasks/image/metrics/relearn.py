@@ -13,13 +13,15 @@ import torch.nn.functional as F
 from lightning_fabric import Fabric
 from torch import nn
 
-from unlearnbench.core.errors import UserError
 from unlearnbench.core.relearn import Measurement, Relearning, RelearnSettings
-from unlearnbench.runtime.evaluate import predict
-from unlearnbench.runtime.models import ModelStore, full_state_dict
-from unlearnbench.runtime.train import Batches, descend, float_logits, recipe_optimizer
+from unlearnbench.runtime.errors import UserError
+from unlearnbench.runtime.state import full_state_dict
+from unlearnbench.runtime.train import descend, float_logits
 from unlearnbench.tasks.image.data.base import Subset
 from unlearnbench.tasks.image.data.transforms import Normalizer
+from unlearnbench.tasks.image.evaluate import predict
+from unlearnbench.tasks.image.models.store import ModelStore
+from unlearnbench.tasks.image.train import Batches, recipe_optimizer
 
 
 def relearn_subset(forget: Subset, examples: int | None, generator: torch.Generator) -> Subset:

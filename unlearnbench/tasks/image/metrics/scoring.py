@@ -14,14 +14,15 @@ import torch
 from torch import Tensor
 
 from unlearnbench.core.result import finite
-from unlearnbench.runtime.evaluate import predict
-from unlearnbench.runtime.models import ModelStore, full_state_dict
 from unlearnbench.runtime.seeding import streams
+from unlearnbench.runtime.state import full_state_dict
 from unlearnbench.tasks.image.data.base import ImageData, Subset, full_pool
 from unlearnbench.tasks.image.data.scenarios import Splits
 from unlearnbench.tasks.image.data.transforms import Normalizer
+from unlearnbench.tasks.image.evaluate import predict
 from unlearnbench.tasks.image.metrics import functions as fn
 from unlearnbench.tasks.image.metrics.added import SplitMetric
+from unlearnbench.tasks.image.models.store import ModelStore
 
 Scores = dict[tuple[str, str | None], float | None]  # (metric, split) → value; split None for model-level metrics
 

@@ -21,7 +21,7 @@ import os
 from torch import Tensor, nn
 from torch.nn import functional
 
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 
 HUB_ID = "google/vit-base-patch16-224"
 

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from unlearnbench.core.config import AT_LEAST_0, POSITIVE, Range
-from unlearnbench.core.errors import UserError
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.text import losses
 from unlearnbench.tasks.text.methods.base import ForgetRetainMethod, TextTask
 from unlearnbench.tasks.text.train import forward

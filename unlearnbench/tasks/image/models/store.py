@@ -9,8 +9,6 @@ from dataclasses import dataclass
 
 import torch
 from lightning_fabric import Fabric
-from lightning_fabric.strategies import FSDPStrategy
-from lightning_fabric.wrappers import is_wrapped
 from torch import Tensor, nn
 
 from unlearnbench import __version__
@@ -18,9 +16,10 @@ from unlearnbench.runtime.cache import Entry, ModelCache, cache_key, cached_or_t
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.progress import Stage, training
 from unlearnbench.runtime.seeding import global_seed, streams
-from unlearnbench.runtime.train import train_recipe
+from unlearnbench.runtime.state import full_state_dict
 from unlearnbench.tasks.image.data.base import Subset
 from unlearnbench.tasks.image.data.transforms import Normalizer
+from unlearnbench.tasks.image.train import train_recipe
 
 log = logging.getLogger(__name__)
 
@@ -34,28 +33,6 @@ class Trained:
     cost: Cost
     cache: dict
     curve: dict | None = None  # per epoch: epoch, loss, train_acc, lr (kept with the cached model; progress.py)
-
-
-def full_state_dict(fabric: Fabric, model: nn.Module) -> dict[str, Tensor]:
-    """Every parameter and buffer, unsharded, as CPU tensors, with the bare module's names, on every rank: each rank
-    goes on to rebuild the model from them. FSDP's shards are gathered by torch's state-dict API (without its CPU
-    offload, which would leave every rank but the first with nothing); DeepSpeed ZeRO-3's partitions inside
-    `GatheredParameters`, outside which a parameter is an empty placeholder."""
-    bare = model.module if is_wrapped(model) else model
-    if is_wrapped(model) and isinstance(fabric.strategy, FSDPStrategy):
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        return on_cpu(get_model_state_dict(model._forward_module, options=StateDictOptions(full_state_dict=True)))
-    if is_wrapped(model) and getattr(fabric.strategy, "zero_stage_3", False):
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(list(bare.parameters()), modifier_rank=None):
-            return on_cpu(bare.state_dict())
-    return on_cpu(bare.state_dict())
-
-
-def on_cpu(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    return {name: tensor.detach().cpu().clone() for name, tensor in state.items()}
 
 
 def training_channels_last(device_type: str, configured: bool | None) -> bool:
