@@ -198,7 +198,7 @@ class Sampling:
         if not options["k"]:
             return None
         return cls(options["k"], options["temperature"], options["top_p"], streams("sampling", eval_seed).seed,
-                   options.get("n"), options.get("threshold", 0.1), options.get("nli"))
+                   options["n"], options["threshold"], options["nli"])
 
     def judge(self, fabric: Fabric) -> NliJudge | None:
         """The NLI judge on the job's device, loaded once per process; None where `nli` is not set."""

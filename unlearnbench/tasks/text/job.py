@@ -131,7 +131,7 @@ class TextBench(Bench):
                             f"{config['strategy']['name']} splits across ranks; for the GradNorm attack use strategy "
                             f"single, ddp, ddp_spawn or deepspeed_stage_1/2 (or leave evaluation.gradnorm null)")
         self.gradnorm = config["evaluation"]["gradnorm"] is not False and not shards_weights(fabric)
-        if config["evaluation"]["sampling"]["k"] and config["evaluation"]["sampling"].get("nli"):
+        if config["evaluation"]["sampling"]["k"] and config["evaluation"]["sampling"]["nli"]:
             nli.checked(config["evaluation"]["sampling"]["nli"])  # a bad judge refused before any model trains
         if config["evaluation"]["relearn"]["enabled"] and shards_weights(fabric):
             raise UserError(f"evaluation.relearn copies each model whole, which strategy={config['strategy']['name']} "
