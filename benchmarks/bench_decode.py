@@ -35,7 +35,7 @@ def fabricate(root: Path, classes: int = CLASSES, per_class: int = PER_CLASS) ->
                                                                                        quality=90)
 
 
-def main() -> None:
+def bench_decode() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--classes", type=int, default=CLASSES, help=f"default {CLASSES}")
     parser.add_argument("--per-class", type=int, default=PER_CLASS, help=f"images per class (default {PER_CLASS})")
@@ -62,6 +62,12 @@ def main() -> None:
     print(f"|{'-' * 36}|{'-' * 10}|{'-' * 11}|")
     for name, seconds, rate in rows:
         print(f"| {name:<34} | {seconds:>8.2f} | {rate:>9,.0f} |")
+
+
+def main() -> None:
+    from unlearnbench.cli import run_script
+
+    run_script(bench_decode)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ def method_rows(result: dict) -> list[tuple[str, float, float]]:
             if role == "unlearned"]
 
 
-def main() -> None:
+def bench_demo() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     overrides = parser.parse_known_args()[1]
     with tempfile.TemporaryDirectory() as tmp:
@@ -72,6 +72,12 @@ def main() -> None:
     print(f"{'-' * 20} {'-' * 9} {'-' * 20}")
     for method, seconds, speedup in method_rows(result):
         print(f"{method:20} {seconds:9.2f} {speedup:19.1f}×")
+
+
+def main() -> None:
+    from unlearnbench.cli import run_script
+
+    run_script(bench_demo)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from unlearnbench.tasks.ranking.pdgd import CLICK_MODELS, Ndcg
 TARGET_S = 10.0
 
 
-def main() -> None:
+def bench_foltr() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=1000, help="training rounds, and as many unlearning rounds")
     parser.add_argument("--train-queries", type=int, default=1017, help="MQ2007's: 1017")
@@ -68,6 +68,12 @@ def main() -> None:
     print(f"NDCG@10: start {curve[0]:.3f}, after poisoned training {curve[args.rounds]:.3f}, "
           f"after unlearning {curve[-1]:.3f}")
     sys.stdout.flush()
+
+
+def main() -> None:
+    from unlearnbench.cli import run_script
+
+    run_script(bench_foltr)
 
 
 if __name__ == "__main__":

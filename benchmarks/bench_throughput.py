@@ -250,8 +250,8 @@ def layout_rows(setting: Setting, device: torch.device, repeats: int) -> list[tu
 def text_setting(hidden: int, device: torch.device, entities: int = 20):
     """The text task's fine-tuning on the built-in data (`entities` fictitious entities and as many general
     questions): the tokenizer, its encoded items and a fresh tiny Llama."""
-    from unlearnbench.tasks.text.data import fictitious
-    from unlearnbench.tasks.text.model import CausalLM
+    from unlearnbench.tasks.text.data.records import fictitious
+    from unlearnbench.tasks.text.model.causal_lm import CausalLM
 
     data = fictitious(entities=entities, holdout_entities=2, general=entities, seed=0)
     lm = CausalLM(hidden=hidden, heads=4)
@@ -268,9 +268,9 @@ def text_rows(hidden: int, precision: str, device: torch.device, repeats: int, e
     pads each batch to its longest, computes the answer-only token-mean NLL and steps, and nothing else."""
     from types import SimpleNamespace
 
-    from unlearnbench.tasks.text.data import collate
-    from unlearnbench.tasks.text.losses import token_mean_nll
-    from unlearnbench.tasks.text.train import Items, fine_tune
+    from unlearnbench.tasks.text.model.encoding import collate
+    from unlearnbench.tasks.text.model.losses import token_mean_nll
+    from unlearnbench.tasks.text.model.train import Items, fine_tune
 
     lm, tokenizer, encoder, items = text_setting(hidden, device, entities)
     recipe = SimpleNamespace(epochs=epochs, batch_size=16, lr=3e-3, weight_decay=0.01, warmup_epochs=1.0)
@@ -319,7 +319,7 @@ def text_table(device: torch.device, precisions: str, repeats: int, hiddens: str
     return failures
 
 
-def main() -> None:
+def bench_throughput() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--widths", default="16,64", help="ResNet18 widths (64: the reference)")
     parser.add_argument("--precisions", default=None,
@@ -384,6 +384,12 @@ def main() -> None:
     if "text" in args.tasks:
         failures += text_table(device, precisions, args.repeats, args.hiddens, args.entities)
     print(f"\nall ratios ≥ {TARGET_RATIO}" if not failures else f"\n{failures} ratio(s) below {TARGET_RATIO}")
+
+
+def main() -> None:
+    from unlearnbench.cli import run_script
+
+    run_script(bench_throughput)
 
 
 if __name__ == "__main__":

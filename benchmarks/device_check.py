@@ -98,7 +98,7 @@ def utilisation_row(sweep: Path) -> tuple[str, str]:
     return "FAIL", "the 32-true job did not complete"
 
 
-def main() -> None:
+def check_device() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--accelerator", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--precisions", default=",".join(PRECISIONS))
@@ -156,7 +156,13 @@ def main() -> None:
     table = ["| check | result | detail |", "|---|---|---|", *[f"| {c} | {s} | {d} |" for c, s, d in rows]]
     args.out.write_text("\n".join([*table, "", "```", throughput.strip(), "```", "", summary, ""]) if throughput
                         else "\n".join([*table, "", summary, ""]))
-    sys.exit(1 if counts["FAIL"] else 0)
+    return 1 if counts["FAIL"] else 0
+
+
+def main() -> None:
+    from unlearnbench.cli import run_script
+
+    run_script(check_device)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from unlearnbench.core.files import missing_blocks
+from unlearnbench.runtime.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- forget-quality -->", "<!-- /forget-quality -->"
@@ -74,7 +75,7 @@ def sizes_of(quality: pd.DataFrame) -> str:
     return f"{count_a} pools A(i) of N = {n_a} unlearning seeds, pool B of N = {n_b} training seeds"
 
 
-def main() -> None:
+def forget_quality_table() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "forget_quality", help="the sweep folder")
     parser.add_argument("--reuse", action="store_true", help="report an existing sweep in --out, do not run it")
@@ -84,8 +85,9 @@ def main() -> None:
     parser.add_argument("--docs-dir", type=Path, default=REPO / "docs",
                         help="the pages --docs updates (default: the repository's docs/)")
     args, overrides = parser.parse_known_args()
-    if args.docs and (problem := missing_blocks(args.docs_dir, {"forget-quality.md": (BEGIN, END)})):
-        raise SystemExit(problem)
+    problem = args.docs and missing_blocks(args.docs_dir, {"forget-quality.md": (BEGIN, END)}, Path(__file__).name)
+    if problem:
+        raise problem
     minutes = args.minutes
     if not args.reuse:
         if args.out.exists():
@@ -101,12 +103,12 @@ def main() -> None:
 
     report = build_report([args.out], args.out / "report")
     if report.failed:
-        raise SystemExit(f"{len(report.failed)} jobs failed: see {args.out / 'report' / 'report.md'}")
+        raise UserError(f"{len(report.failed)} jobs failed: see {args.out / 'report' / 'report.md'}")
     text = table(args.out / "report")
     print(text)
     figures = [p for p in report.figures if p.name.startswith("forget_quality_")]
     if not figures:
-        raise SystemExit(f"no forgetting-quality figure was drawn: see {args.out / 'report' / 'report.md'}")
+        raise UserError(f"no forgetting-quality figure was drawn: see {args.out / 'report' / 'report.md'}")
     print(f"figure: {figures[0]}")
     if args.docs:
         from unlearnbench.core.files import replace_block
@@ -119,6 +121,12 @@ def main() -> None:
         write_atomically(page, replace_block(page.read_text(), BEGIN, END, block))
         shutil.copyfile(figures[0], args.docs_dir / "forget_quality.png")
         print(f"updated in {args.docs_dir}: forget-quality.md, forget_quality.png")
+
+
+def main() -> None:
+    from unlearnbench.cli import run_script
+
+    run_script(forget_quality_table)
 
 
 if __name__ == "__main__":

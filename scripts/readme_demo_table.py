@@ -16,6 +16,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+from unlearnbench.runtime.errors import UserError, bad_file
+
 REPO = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- --8<-- [start:demo-table] -->", "<!-- --8<-- [end:demo-table] -->"  # pymdownx.snippets' markers
 
@@ -43,7 +45,7 @@ def block(result: dict) -> str:
     return f"{BEGIN}\n{text}\n\n```\n{table}\n```\n{END}"
 
 
-def main() -> None:
+def regenerate() -> None:
     from unlearnbench.core.files import replace_block
     from unlearnbench.runtime.files import write_atomically
 
@@ -53,15 +55,22 @@ def main() -> None:
     args, overrides = parser.parse_known_args()
     try:  # refused before the demo runs, not after
         replace_block(args.readme.read_text(), BEGIN, END, "")
-    except (OSError, ValueError) as error:
-        raise SystemExit(f"the '--readme' file must hold one {BEGIN} … {END} block; got {args.readme} "
-                         f"({error})") from None
+    except OSError as error:
+        raise bad_file(args.readme, f"cannot be read: {error.strerror or error}") from None
+    except UserError as error:
+        raise bad_file(args.readme, str(error)) from None
     with tempfile.TemporaryDirectory() as tmp:
         result = run_demo(Path(tmp), overrides)
     if result["status"] != "complete":
-        raise SystemExit(f"the demo failed: {result['error']}")
+        raise UserError(f"the demo failed: {result['error']}")
     write_atomically(args.readme, replace_block(args.readme.read_text(), BEGIN, END, block(result)))
     print(f"{args.readme}: demo table regenerated on {result['numerics']['id']}")
+
+
+def main() -> None:
+    from unlearnbench.cli import run_script
+
+    run_script(regenerate)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def compare(base: dict, mine: dict) -> dict[str, int]:
             "new": len(mine.keys() - base.keys())}
 
 
-def main() -> None:
+def compare_presets() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("base", type=Path, help="a checkout of the commit to compare against")
     parser.add_argument("--out", type=Path, default=Path("same_numbers"), help="where the sweeps go")
@@ -85,7 +85,13 @@ def main() -> None:
         counts = compare(base, mine)
         failed |= bool(counts["changed"] or counts["lost"]) or not counts["compared"]
         print(f"{name:<18} " + "  ".join(f"{k} {v}" for k, v in counts.items()), flush=True)
-    sys.exit(1 if failed else 0)
+    return 1 if failed else 0
+
+
+def main() -> None:
+    from unlearnbench.cli import run_script
+
+    run_script(compare_presets)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import textwrap
 from pathlib import Path
 
 from unlearnbench.core.files import missing_blocks
+from unlearnbench.runtime.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- text-study -->", "<!-- /text-study -->"
@@ -82,7 +83,7 @@ def docs_block(text: str, numerics: str, sizes: tuple[int, int]) -> str:
     return f"{BEGIN}\n{lead}\n\n{text}\n{END}"
 
 
-def main() -> None:
+def text_seed_study() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "text_seed_study", help="folder of the sweep and report")
     parser.add_argument("--train-seeds", type=int, default=5, help="I (default 5)")
@@ -93,8 +94,9 @@ def main() -> None:
     args, overrides = parser.parse_known_args()
     if args.train_seeds < 3 or args.unlearn_seeds < 2:
         parser.error("the study needs --train-seeds ≥ 3 and --unlearn-seeds ≥ 2")
-    if args.docs and (problem := missing_blocks(args.docs_dir, {"text.md": (BEGIN, END)})):
-        raise SystemExit(problem)
+    problem = args.docs and missing_blocks(args.docs_dir, {"text.md": (BEGIN, END)}, Path(__file__).name)
+    if problem:
+        raise problem
     if args.out.exists():
         shutil.rmtree(args.out)
     command = [str(Path(sys.executable).parent / "unlearnbench"), "experiment=tofu_seeds",
@@ -108,13 +110,13 @@ def main() -> None:
 
     report = build_report([args.out], args.out / "report")
     if report.failed:
-        raise SystemExit(f"{len(report.failed)} jobs failed: see {args.out / 'report' / 'report.md'}")
+        raise UserError(f"{len(report.failed)} jobs failed: see {args.out / 'report' / 'report.md'}")
     text = f"{table(rows(report.study))}\n\n{rank_line(report.study)}"
     print(text)
     figure = next((p for p in report.figures if p.name.startswith("designs_") and "forget_quality_forget" in p.name),
                   None)
     if figure is None:
-        raise SystemExit(f"no figure of forget quality's designs: see {args.out / 'report' / 'report.md'}")
+        raise UserError(f"no figure of forget quality's designs: see {args.out / 'report' / 'report.md'}")
     print(f"figure: {figure}")
     if args.docs:
         from unlearnbench.core.files import replace_block
@@ -127,6 +129,12 @@ def main() -> None:
         write_atomically(page, replace_block(page.read_text(), BEGIN, END, block))
         shutil.copyfile(figure, args.docs_dir / "text_seed_study.png")
         print(f"updated in {args.docs_dir}: text.md, text_seed_study.png")
+
+
+def main() -> None:
+    from unlearnbench.cli import run_script
+
+    run_script(text_seed_study)
 
 
 if __name__ == "__main__":

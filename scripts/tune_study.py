@@ -162,10 +162,11 @@ def arguments() -> tuple[argparse.Namespace, list[str]]:
     return args, overrides
 
 
-def main() -> None:
+def tune_study() -> None:
     args, overrides = arguments()
-    if args.docs and (problem := missing_blocks(args.docs_dir, {"tuning.md": (BEGIN, END)})):
-        raise SystemExit(problem)
+    problem = args.docs and missing_blocks(args.docs_dir, {"tuning.md": (BEGIN, END)}, Path(__file__).name)
+    if problem:
+        raise problem
     if args.fresh:
         shutil.rmtree(args.out, ignore_errors=True)
     methods = [method for method in args.methods.split(",") if method]
@@ -177,6 +178,12 @@ def main() -> None:
     print(text)
     if args.docs:
         write_docs(args.docs_dir, text)
+
+
+def main() -> None:
+    from unlearnbench.cli import run_script
+
+    run_script(tune_study)
 
 
 if __name__ == "__main__":

@@ -42,12 +42,12 @@ PRELOAD = (
     "torch", "lightning_fabric", "hydra", "omegaconf", "matplotlib.figure", "matplotlib.backends.backend_agg",
     "hydra._internal.hydra", "hydra._internal.core_plugins.basic_launcher",
     "hydra._internal.core_plugins.basic_sweeper", "hydra_plugins.unlearnbench_launcher.local",
-    "unlearnbench.cli", "unlearnbench.core.job", "unlearnbench.tasks.image.bench", "unlearnbench.tasks.ranking.job",
+    "unlearnbench.cli", "unlearnbench.core.job", "unlearnbench.tasks.image.bench", "unlearnbench.tasks.ranking.bench",
     "unlearnbench.tasks.image.methods.finetune", "unlearnbench.tasks.image.models.resnet",
     "unlearnbench.tasks.image.data.digits", "sklearn.datasets", "unlearnbench.report.build",
     "unlearnbench.report.callback", "pyarrow.parquet", "unlearnbench.report.render.figures", "scikit_posthocs",
     # the text task's model and metrics (transformers' Llama 1.2 s, ROUGE 0.15 s in every text job otherwise)
-    "unlearnbench.tasks.text.job", "transformers.models.llama.modeling_llama", "rouge_score.rouge_scorer",
+    "unlearnbench.tasks.text.bench", "transformers.models.llama.modeling_llama", "rouge_score.rouge_scorer",
 )
 ENTRY_POINTS = {"unlearnbench": "main", "unlearnbench-report": "report_main"}  # console script → unlearnbench.cli
 MESSAGE = 65536

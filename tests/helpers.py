@@ -243,7 +243,7 @@ def image_methods(scenario: str) -> list[str]:
     cfg = compose_config([f"scenario={scenario}"])
     scenario_object = build(OmegaConf.to_container(cfg.scenario), "scenario")
     return [name for name, method in method_configs().items()
-            if target_of(method, "method").task == "image_classification"
+            if target_of(method, "method").task == "image"
             and build(method, "method").serves(scenario_object)]
 
 

@@ -10,10 +10,10 @@ from lightning_fabric import Fabric
 from unlearnbench.tasks.ranking.data import LetorData, Queries
 from unlearnbench.tasks.ranking.federation import ASCENDER, HONEST, POISONER, ModelPoisoning, TrainedFederation
 from unlearnbench.tasks.ranking.methods.base import FederatedTask
-from unlearnbench.tasks.text.data import fictitious
-from unlearnbench.tasks.text.model import CausalLM, tiny_llama
+from unlearnbench.tasks.text.data.records import fictitious
+from unlearnbench.tasks.text.model.causal_lm import CausalLM, tiny_llama
+from unlearnbench.tasks.text.model.train import Items
 from unlearnbench.tasks.text.scenario import ForgetEntities
-from unlearnbench.tasks.text.train import Items
 
 FEATURES, QUERIES, PARTITION, CLIENTS, ROUNDS = 3, 20, 4, 4, 12
 FACTOR = {HONEST: 1.0, ASCENDER: -1.0, POISONER: -2.0}  # the stub's step per behaviour

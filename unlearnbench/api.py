@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from unlearnbench.runtime.errors import UserError, invalid
+
 SWEEP_DIR = "hydra.sweep.dir="
 # The report's tables, by file name without `.csv` (`results` is read from results.parquet, which keeps the types).
 TABLES = ("results", "summary", "table", "seed_variance", "seed_variance_by_seed", "wasserstein",
@@ -30,9 +32,10 @@ TABLES = ("results", "summary", "table", "seed_variance", "seed_variance_by_seed
           "leaderboard_pairs")
 
 
-class SweepError(RuntimeError):
+class SweepError(UserError):
     """The sweep ran no job: the command line was refused (a bad override, an unknown option) or stopped early.
-    The message is the command's own one-line reason."""
+    The message is the command's own one-line reason. Its own kind of UserError, so that a notebook can tell a
+    refused sweep from a refused call."""
 
 
 def run_sweep(overrides: Sequence[str] = (), sweep_dir: str | os.PathLike | None = None, *,
@@ -80,20 +83,20 @@ def written(folder: Path) -> dict[Path, int]:
 
 def command_arguments(overrides: Sequence[str], sweep_dir: str | os.PathLike | None,
                       config_dir: str | os.PathLike | None) -> list[str]:
-    """The command line's arguments, with exactly one `hydra.sweep.dir=`; a `TypeError` or `ValueError` with one
-    line for arguments the command line would not take as overrides."""
+    """The command line's arguments, with exactly one `hydra.sweep.dir=`; a UserError with one line for arguments
+    the command line would not take as overrides."""
     if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
-        raise TypeError(f"overrides must be a list of strings, one per command-line argument, e.g. "
-                        f"['+method=ssd', 'seeds.train=range(3)']; got {overrides!r}")
+        raise invalid("overrides", "run_sweep", "a list of strings, one per command-line argument, e.g. "
+                      "['+method=ssd', 'seeds.train=range(3)']", repr(overrides))
     overrides = list(overrides)
     flags = [o for o in overrides if o.startswith("-")]
     if flags:
-        raise ValueError(f"run_sweep takes overrides (key=value) only, not {flags[0]!r}: pass config_dir= for "
-                         f"--config-dir, and run other flags (--cfg, --help, …) in a shell")
+        raise invalid("overrides", "run_sweep", "key=value overrides only (config_dir= stands for --config-dir; run "
+                      "other flags, such as --cfg or --help, in a shell)", repr(flags[0]))
     given = [o for o in overrides if o.startswith(SWEEP_DIR)]
     if given and sweep_dir is not None:
-        raise ValueError(f"the sweep folder is given twice, as sweep_dir={str(sweep_dir)!r} and {given[-1]!r}; "
-                         f"give one")
+        raise UserError(f"the sweep folder is given twice, as sweep_dir={str(sweep_dir)!r} and {given[-1]!r}; "
+                        f"give one")
     if not given:
         folder = sweep_dir if sweep_dir is not None else Path("multirun_outputs") / datetime.now().strftime(
             "%Y-%m-%d/%H-%M-%S-%f")  # the config's default, named here so that the records can be found
@@ -164,8 +167,8 @@ def load_report(folder: str | os.PathLike, rebuild: bool = False) -> Report:
         raise FileNotFoundError(f"no such folder: {folder}")
     is_report = (folder / "report.md").is_file()
     if is_report and rebuild:
-        raise ValueError(f"{folder} is a report folder; rebuild=True needs the sweep folder, which holds the job "
-                         f"folders (for a report of several sweeps: unlearnbench-report SWEEP… --out {folder})")
+        raise UserError(f"{folder} is a report folder; rebuild=True needs the sweep folder, which holds the job "
+                        f"folders (for a report of several sweeps: unlearnbench-report SWEEP… --out {folder})")
     report = folder if is_report else folder / "report"
     if rebuild:
         from unlearnbench.report.build import build_report

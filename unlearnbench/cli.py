@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -109,17 +110,34 @@ def main() -> None:
         sys.exit(message)
     register_launchers()
     logging.raiseExceptions = False  # a log line that cannot be written (a full disk) must not print a traceback
+    from unlearnbench.runtime.errors import EndSweep
+
     try:
         hydra_job()
     except KeyboardInterrupt:
         sys.stderr.write(INTERRUPTED)
         sys.exit(130)
+    except EndSweep as stop:
+        sys.exit(f"unlearnbench: {stop}")
     if interrupt.requested is not None:  # asked for after the last safe point: the sweep had nothing left to do
         sys.stderr.write(INTERRUPTED)
         sys.exit(130)
     from unlearnbench.report.callback import failed_jobs
 
     sys.exit(1 if failed_jobs else 0)
+
+
+def run_script(main: Callable[[], int | None]) -> None:
+    """The end of every script of scripts/ and benchmarks/, their `main`s' one way out: a UserError becomes its one
+    line on stderr and status 1, and a status `main` returns becomes the process's (None: it goes on, as a return)."""
+    from unlearnbench.runtime.errors import UserError
+
+    try:
+        status = main()
+    except UserError as error:
+        sys.exit(str(error))
+    if status is not None:
+        sys.exit(status)
 
 
 def report_main() -> None:

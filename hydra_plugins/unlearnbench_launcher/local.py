@@ -45,6 +45,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hydra_plugins.unlearnbench_launcher.resume import complete_jobs
+from unlearnbench.runtime.errors import EndSweep, invalid
 
 log = logging.getLogger(__name__)
 
@@ -158,9 +159,9 @@ class LocalLauncher(Launcher):
     def __init__(self, workers: int | None = None, jobs_per_gpu: int = 1) -> None:
         for name, value in (("workers", workers), ("jobs_per_gpu", jobs_per_gpu)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise SystemExit(f"unlearnbench: hydra.launcher.{name} must be a whole number of at least 1"
-                                 + (" (or null: one per GPU, else cores ÷ runtime.threads)" if name == "workers"
-                                    else "") + f", got {value!r}")
+                valid = "a whole number of at least 1" + (" (or null: one per GPU, else cores ÷ runtime.threads)"
+                                                          if name == "workers" else "")
+                raise EndSweep(invalid(name, "hydra.launcher", valid, repr(value)))
         self.workers, self.jobs_per_gpu = workers, jobs_per_gpu
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None

@@ -37,6 +37,20 @@ from omegaconf import DictConfig, OmegaConf
 log = logging.getLogger(__name__)
 
 
+def recorded(scored) -> dict:
+    """What tuning.json keeps of a scored batch (`Scored.as_record`), its reason in words."""
+    from unlearnbench.report.render.words import text
+
+    return {**scored.as_record(), "reason": None if scored.reason is None else text(scored.reason)}
+
+
+def worded_rule(rule: dict | None) -> dict | None:
+    """The objective's rule (`compute.tuning.objective_rule`) as tuning.json states it: in words."""
+    from unlearnbench.report.render.words import text
+
+    return None if rule is None else {**rule, "rule": text(rule["rule"])}
+
+
 def settled(folder: Path) -> bool:
     """Whether the job in `folder` has its outcome: complete, or failed in its method (a diverging point, which
     would fail again)."""
@@ -79,17 +93,18 @@ class MethodTuning:
         """Each replicate's sampler told the objective of its trial `number` (the jobs in `folders`, per replicate);
         the scored batches' objective rule."""
         from unlearnbench.report.compute.tuning import score_folders
+        from unlearnbench.report.render.words import text
 
         rule = None
         for replicate, (search, point, batch) in enumerate(zip(self.searches, self.points, folders, strict=True)):
             scored = score_folders(batch, self.method, self.settings.objective)
             search.tell(point, None if scored.reason else scored.value)
-            rule = rule or scored.rule
+            rule = rule or worded_rule(scored.rule)
             if scored.reason:
                 where = f" of replicate {replicate}" if self.settings.replicates > 1 else ""
-                log.warning("%s: trial %d%s failed: %s", self.method, number, where, scored.reason)
+                log.warning("%s: trial %d%s failed: %s", self.method, number, where, text(scored.reason))
             self.trials[replicate].append({"trial": number, "params": point.params, "drawn": point.drawn,
-                                           **scored.as_record()})
+                                           **recorded(scored)})
         return rule
 
     def best(self, replicate: int) -> dict | None:
@@ -116,7 +131,7 @@ class MethodTuning:
         from unlearnbench.core.tuning import DEFAULT, TUNED
         from unlearnbench.report.compute.tuning import score_folders
 
-        judged = [score_folders(batch, self.method, self.settings.objective).as_record() for batch in folders]
+        judged = [recorded(score_folders(batch, self.method, self.settings.objective)) for batch in folders]
         chosen = [replicate for replicate in range(self.settings.replicates) if self.best(replicate) is not None]
         for replicate, tuned in zip(chosen, judged[1:], strict=True):
             self.judged[replicate] = {TUNED: tuned, DEFAULT: judged[0]}
@@ -124,6 +139,8 @@ class MethodTuning:
     def record(self) -> dict:
         """The method's entry of tuning.json."""
         from unlearnbench.core.tuning import DEFAULTS_TRIAL, TPE
+        from unlearnbench.report.compute.notes import Note
+        from unlearnbench.report.render.words import text
 
         replicates = []
         for replicate, (search, trials) in enumerate(zip(self.searches, self.trials, strict=True)):
@@ -132,7 +149,7 @@ class MethodTuning:
                      "sampler_seed": search.seed, "trials": trials, "tpe_trials": tpe, "random_search": tpe == 0}
             best = self.best(replicate)
             if best is None:
-                entry["error"] = f"all {len(trials)} trials failed"
+                entry["error"] = text(Note("all_trials_failed", {"trials": len(trials)}))
             else:
                 entry["best"] = best
                 if self.judged[replicate] is not None:
@@ -159,7 +176,7 @@ class TuneSweeper(Sweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         from unlearnbench.core.tuning import Settings, split_arguments, write_tuning
-        from unlearnbench.runtime.errors import UserError
+        from unlearnbench.runtime.errors import EndSweep, UserError
 
         try:
             settings = Settings.of(self.config)
@@ -167,7 +184,7 @@ class TuneSweeper(Sweeper):
             tunings = [MethodTuning(method, [override, *base], *self.space(override, base), settings)
                        for method, override in methods]
         except UserError as error:
-            raise SystemExit(f"unlearnbench: {error}") from None
+            raise EndSweep(error) from None
         folder = Path(str(self.config.hydra.sweep.dir))
         folder.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, folder / "multirun.yaml")
@@ -181,7 +198,7 @@ class TuneSweeper(Sweeper):
                 write_tuning(folder, {**record, "methods": {t.method: t.record() for t in tunings}})
             self.judge(tunings)
         except UserError as error:  # tune.objective naming a metric without an ideal (the results tell)
-            raise SystemExit(f"unlearnbench: {error}") from None
+            raise EndSweep(error) from None
         write_tuning(folder, {**record, "methods": {t.method: t.record() for t in tunings}})
         return self.returns
 

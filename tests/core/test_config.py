@@ -73,7 +73,7 @@ def test_the_forget_quality_experiment_numbers_designs_a_and_b_as_one_sweep():
     from unlearnbench.core.config import design_jobs
 
     assert design_jobs(3, 32, 32) == 125 and design_jobs(3, 2, 2) == 6  # B inside A: no job of its own
-    with pytest.raises(Exception, match=r"study.job must lie in 0..124"):
+    with pytest.raises(Exception, match=r"study.job. option of experiment=forget_quality must be in 0..124"):
         cell(125)
 
 
@@ -199,7 +199,7 @@ def test_leak_sampling_options_are_refused_in_one_line(overrides, message):
     from unlearnbench.core.config import validate
 
     with pytest.raises(UserError) as error:
-        validate(compose_config(overrides))
+        validate(compose_config(["experiment=tofu", *overrides]))
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
@@ -207,4 +207,4 @@ def test_as_many_draws_as_leak_at_k_picks_and_more_pass():
     from unlearnbench.core.config import validate
 
     for n in ("null", "4", "200"):
-        validate(compose_config(["evaluation.sampling.k=4", f"evaluation.sampling.n={n}"]))
+        validate(compose_config(["experiment=tofu", "evaluation.sampling.k=4", f"evaluation.sampling.n={n}"]))

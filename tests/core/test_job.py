@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from helpers import run_config, run_in_process
+from helpers import TINY, run_config, run_in_process
 from omegaconf import OmegaConf
 
 COST = {"time_s", "memory_gib", "utilisation_pct"}
@@ -103,18 +103,26 @@ def test_finetune_moves_away_from_the_original(runs):
                                                                                   "forget_test"]
 
 
-def test_random_sample_scenario_uses_the_forget_set_as_forget_test(tmp_path, tiny):
-    outcome = run_in_process([*tiny, "scenario=random_sample", "scenario.targets=[0.05]"], tmp_path, ["retrain"])
+@pytest.fixture(scope="module")
+def random_sample(tmp_path_factory, shared_cache) -> dict:
+    """`retrain` in the random-sample scenario at unlearning seeds 0 and 1, one after the other on one cache (the
+    suite's: nothing here asserts that a model was trained)."""
+    folder = tmp_path_factory.mktemp("random_sample")
+    base = [*TINY, "scenario=random_sample", "scenario.targets=[0.05]"]
+    return {seed: run_in_process([*base, f"seeds.unlearn={seed}"], folder, ["retrain"], shared_cache)
+            for seed in (0, 1)}
+
+
+def test_random_sample_scenario_uses_the_forget_set_as_forget_test(random_sample):
+    outcome = random_sample[0]
     assert outcome.error is None, outcome.trace
     records = by_key(outcome.records)
     assert records["0.05", None, "original", "acc", "forget_train"] == records["0.05", None, "original", "acc",
                                                                                 "forget_test"]
 
 
-def test_unlearning_seed_changes_the_forget_set_and_the_retrained_model(tmp_path, tiny):
-    base = [*tiny, "scenario=random_sample", "scenario.targets=[0.05]"]
-    a = run_in_process([*base, "seeds.unlearn=0"], tmp_path, ["retrain"])
-    b = run_in_process([*base, "seeds.unlearn=1"], tmp_path, ["retrain"])
+def test_unlearning_seed_changes_the_forget_set_and_the_retrained_model(random_sample):
+    a, b = random_sample[0], random_sample[1]
     assert a.cache["original"]["key"] == b.cache["original"]["key"] and b.cache["original"]["hit"]
     assert a.cache["retrained"][0]["key"] != b.cache["retrained"][0]["key"]
 

@@ -172,3 +172,35 @@ def test_layering_no_circle_between_floors(arrows):
     found = circles({floor: edges[floor] for floor in FLOORS})
     explained = [f"{a} → {b}: {behind[a, b][0]}" for group in found for a in group for b in group if behind[a, b]]
     assert found == [], "\n".join(explained)
+
+
+TEXT = "unlearnbench.tasks.text"
+TEXT_ROOMS = ("data", "model", "evaluate", "benchmarks")  # bench.py, the task's bench, sits above them
+
+
+def text_room(dotted: str) -> str | None:
+    """The room of the text task a dotted name lies in (`unlearnbench.tasks.text.data.tofu.Tofu` → `data`, the
+    bench module → `bench`), or None outside the text task and in its top modules (catalogue, scenario, methods)."""
+    head = dotted.removeprefix(f"{TEXT}.").split(".")[0] if dotted.startswith(f"{TEXT}.") else None
+    return head if head in (*TEXT_ROOMS, "bench") else None
+
+
+def test_layering_the_text_tasks_rooms_point_one_way():
+    """data/ and model/ import neither benchmarks/ nor bench.py, evaluate/ imports neither, the four rooms draw no
+    circle, and no module of the text task reaches itself through its imports (those inside functions too)."""
+    files = {module_name(path): path for path in package_files()["tasks.text"]}
+    rooms = defaultdict(list)
+    for module, path in files.items():
+        if text_room(module) is not None:
+            rooms[text_room(module)] += arrows_of(path)
+    assert set(rooms) == {*TEXT_ROOMS, "bench"}
+    upward = [str(a) for room in ("data", "model", "evaluate") for a in rooms[room]
+              if text_room(a.imported) in {"benchmarks", "bench"}]
+    assert not upward, "imports up the text task's rooms:\n" + "\n".join(upward)
+    between = {room: {text_room(a.imported) for a in rooms[room]} & set(TEXT_ROOMS) - {room} for room in TEXT_ROOMS}
+    assert between["benchmarks"] >= {"data", "model", "evaluate"}  # the reader sees the rooms' arrows
+    assert circles(between) == []
+    modules = {module: {name if name in files else name.rpartition(".")[0] for name in
+                        (a.imported for a in arrows_of(path))} & set(files) - {module}
+               for module, path in files.items()}
+    assert circles(modules) == []

@@ -11,6 +11,7 @@ import pytest
 from helpers import QUICK_REPORT, REPO, TINY, run_main, script, with_defaults
 
 from unlearnbench.core.files import replace_block
+from unlearnbench.runtime.errors import UserError
 
 readme_table = script(REPO / "scripts" / "readme_demo_table.py")
 
@@ -39,7 +40,7 @@ def test_replace_block_rewrites_only_between_the_markers():
     text = f"intro\n{begin}\nold table\n{end}\noutro\n"
     assert replace_block(text, begin, end, f"{begin}\nnew\n{end}") == f"intro\n{begin}\nnew\n{end}\noutro\n"
     for broken in ("no markers", f"{begin}\n{end}\n{begin}\n{end}", f"{end}\n{begin}"):
-        with pytest.raises(ValueError, match="exactly one"):
+        with pytest.raises(UserError, match="exactly one"):
             replace_block(broken, begin, end, "x")
 
 
@@ -78,6 +79,5 @@ def test_a_readme_without_the_block_is_refused_before_the_demo_runs(tmp_path):
     with unittest.mock.patch.object(sys, "argv", ["readme_demo_table.py", "--readme", str(readme)]), \
             unittest.mock.patch.object(readme_table, "subprocess", None), pytest.raises(SystemExit) as stop:
         readme_table.main()
-    assert str(stop.value) == (f"the '--readme' file must hold one {readme_table.BEGIN} … {readme_table.END} block; "
-                               f"got {readme} (the text must hold exactly one {readme_table.BEGIN} … "
-                               f"{readme_table.END} block)")
+    assert str(stop.value) == (f"file {readme}: the text must hold exactly one {readme_table.BEGIN} … "
+                               f"{readme_table.END} block")

@@ -27,10 +27,10 @@ from unlearnbench.tasks.image.evaluate import predict
 from unlearnbench.tasks.image.models.resnet import ResNet18
 from unlearnbench.tasks.image.train import train_recipe
 from unlearnbench.tasks.ranking import pdgd
-from unlearnbench.tasks.text.evaluate import TextEvaluator
+from unlearnbench.tasks.text.benchmarks.tofu import TextEvaluator
 from unlearnbench.tasks.text.methods.base import TextTask
+from unlearnbench.tasks.text.model.train import fine_tune
 from unlearnbench.tasks.text.relearn import TextRelearning
-from unlearnbench.tasks.text.train import fine_tune
 
 
 def methods_of(task: str) -> list[str]:
@@ -95,7 +95,7 @@ def image_task(digits):
     return make_task(digits, FullClass(name="full_class"), "3", lambda: ResNet18(10, 1, width=8))
 
 
-@pytest.mark.parametrize("name", (methods_of("image_classification")))
+@pytest.mark.parametrize("name", (methods_of("image")))
 def test_every_image_method_stops_before_its_first_step(digits, requested, name):
     task, load = image_task(digits)
     assert_stops_before_a_step(lambda: method(name).unlearn(load(), task))
@@ -168,7 +168,7 @@ def test_generation_stops_within_one_token_of_an_interrupt(text, monkeypatch):
 # ------------------------------------------------------------------ ranking
 
 
-@pytest.mark.parametrize("name", (methods_of("ltr")))
+@pytest.mark.parametrize("name", (methods_of("ranking")))
 def test_every_ranking_method_stops_before_its_first_round(requested, name):
     trained, task = stub_federation()
     local_trainings = []

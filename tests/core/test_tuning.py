@@ -31,6 +31,7 @@ from unlearnbench.core.tuning import (
     search_space,
     split_arguments,
 )
+from unlearnbench.report.compute.notes import Note
 from unlearnbench.report.compute.tuning import (
     objective,
     optimism_interval,
@@ -40,6 +41,7 @@ from unlearnbench.report.compute.tuning import (
     tuning_rows,
     without_trials,
 )
+from unlearnbench.report.render.words import joined, text
 from unlearnbench.runtime.errors import UserError
 
 METHODS = REPO / "conf" / "method"
@@ -71,8 +73,8 @@ def test_the_constructor_never_sees_the_search_space():
 
 @pytest.mark.parametrize(("block", "message"), [
     (None, "method finetune declares no search space"),
-    ({"momentum_x": {"low": 0.1, "high": 1.0}}, "the 'tune.momentum_x' entry of method finetune must name one of its "
-                                                "options (name, epochs, lr"),
+    ({"momentum_x": {"low": 0.1, "high": 1.0}}, "the 'tune.momentum_x' entry of method finetune must be named after "
+                                                "one of its options (name, epochs, lr"),
     ({"lr": {"low": 0.1, "high": 0.1}}, "must be {low, high[, log: bool, int: bool]} with low < high"),
     ({"lr": {"low": 0.0, "high": 1.0, "log": True}}, "low > 0 on a log scale"),
     ({"epochs": {"low": 1.5, "high": 3, "int": True}}, "whole bounds for an integer"),
@@ -121,8 +123,9 @@ def settings_of(**tune) -> Settings:
 @pytest.mark.parametrize(("tune", "message"), [
     ({"heldout": [2, 0]}, "the 'tune.heldout' option must hold training seeds the trials never see; got [2, 0], "
                           "which shares 0 with tune.seeds"),
-    ({"seeds": []}, "the 'tune.seeds' option must list distinct training seeds, one at least; got [] instead"),
-    ({"heldout": [3, 3]}, "the 'tune.heldout' option must list distinct training seeds"),
+    ({"seeds": []}, "the 'tune.seeds' option of experiment=tune must be a list of distinct training seeds, "
+                     "one at least; got [] instead"),
+    ({"heldout": [3, 3]}, "the 'tune.heldout' option of experiment=tune must be a list of distinct training seeds"),
 ])
 def test_overlapping_or_empty_seeds_are_refused(tune, message):
     with pytest.raises(UserError) as refused:
@@ -176,14 +179,35 @@ def test_a_failed_job_a_failed_method_or_a_missing_value_fails_the_batch_with_it
     metrics = [("acc", "forget"), ("delta", "forget")]
     failed = objective(frame, [{"folder": "x/j0", "status": "failed", "error": "CUDA out of memory\ntrace"}],
                        CATALOGUE, "m", metrics)
-    assert failed.reason == "j0: CUDA out of memory" and math.isnan(failed.value)
+    assert failed.reason == Note("job_failed", {"folder": "j0", "error": "CUDA out of memory"})
+    assert text(failed.reason) == "j0: CUDA out of memory" and math.isnan(failed.value)
     diverged = [{"folder": "j0", "status": "complete",
                  "failures": [{"target": "3", "method": "m", "error": "m diverged: non-finite loss"}]}]
-    assert objective(frame, diverged, CATALOGUE, "m", metrics).reason == "j0: m diverged: non-finite loss"
+    assert text(objective(frame, diverged, CATALOGUE, "m", metrics).reason) == "j0: m diverged: non-finite loss"
     missing = objective(frame, [{"folder": "j0", "status": "complete"}], CATALOGUE, "m",
                         [*metrics, ("leak", "forget")])
-    assert missing.reason == "leak:forget has no value for target 3, training seed 0"
+    assert text(missing.reason) == "leak:forget has no value for target 3, training seed 0"
     assert missing.as_record() == {"state": "failed", "objective": None, "by_seed": {}, "reason": missing.reason}
+    assert text(objective(frame, [{"folder": "j0", "status": "complete"}], CATALOGUE, "n", metrics).reason) == \
+        "no records of method n"
+    unsplit = Note("no_value", {"metric": "leak", "split": "", "target": 3, "seed": 0})
+    assert text(unsplit) == "leak has no value for target 3, training seed 0"
+
+
+def test_a_batch_without_a_result_fails_and_tuning_json_words_its_reason(tmp_path):
+    from hydra_plugins.unlearnbench_launcher.tune import recorded, worded_rule
+    from unlearnbench.report.compute.tuning import score_folders
+
+    (tmp_path / "j0").mkdir()
+    scored = score_folders([tmp_path / "j0"], "m", None)
+    assert scored.reason == Note("no_result", {"folder": "j0"}) and math.isnan(scored.value)
+    assert recorded(scored) == {"state": "failed", "objective": None, "by_seed": {}, "reason": "j0: no result.json"}
+    assert worded_rule(None) is None and worded_rule({"rule": Note("objective_rule"), "metrics": []})["rule"] == (
+        "per block (a target and a training seed), the mean over the objective's metrics of |v - ideal| / scale "
+        "(|v - M_r's v| / scale for a metric whose ideal is the retrained model's value), then the mean over the "
+        "blocks; lower is better, 0 at every ideal. Not the leaderboard's rule (a mean rank among methods): one "
+        "method's tuning has no other method to rank against")
+    assert text(Note("all_trials_failed", {"trials": 3})) == "all 3 trials failed"
 
 
 def test_the_tuning_table_gives_the_optimism_gain_and_held_out_interval():
@@ -199,10 +223,11 @@ def test_the_tuning_table_gives_the_optimism_gain_and_held_out_interval():
     table = tuning_rows([tuning]).set_index("method")
     half = stats.t.ppf(0.975, 2) * np.std([0.2, 0.3, 0.4], ddof=1) / math.sqrt(3)
     row = table.loc["m"]
-    assert row["best"] == "lr=0.01" and row["trials"] == 3 and row["failed_trials"] == 1
+    assert joined(row["best"]) == "lr=0.01" and row["trials"] == 3 and row["failed_trials"] == 1
     assert row["optimism"] == pytest.approx(0.1) and row["gain"] == pytest.approx(0.05)
     assert (row["heldout_low"], row["heldout_high"]) == pytest.approx((0.3 - half, 0.3 + half))
-    assert table.loc["n", "note"] == "all 1 trials failed" and pd.isna(table.loc["n", "objective_heldout"])
+    assert joined(table.loc["n", "note"]) == "all 1 trials failed" and pd.isna(table.loc["n", "objective_heldout"])
+    assert joined(row["note"]) == "" and pd.isna(table.loc["n", "best"])
     # tuning.json's single-replicate layout (before replicates): replicate 0, no defaults' trial, TPE's 10 start-up
     assert row["replicate"] == 0 and row["random_search"] and row["tpe_trials"] == 0 and row["startup_trials"] == 10
     assert pd.isna(row["beat_defaults"]) and math.isnan(row["defaults_tuning"])
@@ -318,14 +343,14 @@ def test_seed_sets_give_each_replicate_its_tuning_seeds():
 
 @pytest.mark.parametrize(("tune", "message"), [
     ({"seed_sets": [[3], [4]], "replicates": 3},
-     "the 'tune.replicates' option must be 1 or the number of tune.seed_sets (2); got 3 instead"),
+     "the 'tune.replicates' option of experiment=tune must be 1 or the number of tune.seed_sets (2); got 3 instead"),
     ({"seed_sets": [[3, 4], [4, 5]]},
      "the 'tune.seed_sets' option must hold disjoint sets of training seeds; got [[3, 4], [4, 5]], where 4 is in two "
      "sets"),
     ({"seed_sets": [[3], [1]]}, "the 'tune.heldout' option must hold training seeds the trials never see; got [1, 2], "
                                 "which shares 1 with tune.seed_sets"),
-    ({"seed_sets": [[3], []]}, "the 'tune.seed_sets' option must list one or more sets, each of distinct training "
-                               "seeds, one at least; got [[3], []] instead"),
+    ({"seed_sets": [[3], []]}, "the 'tune.seed_sets' option of experiment=tune must be one or more sets, each of "
+                               "distinct training seeds, one at least; got [[3], []] instead"),
     ({"seed_sets": [[3, 3]]}, "got [[3, 3]] instead"),
     ({"seed_sets": []}, "got [] instead"),
 ])
@@ -389,10 +414,11 @@ def test_each_replicate_is_a_row_and_the_summary_gives_their_spread():
                                           [DEFAULTS, RANDOM, TPE]])
     table = tuning_rows([tuning]).set_index("replicate")
     assert list(table.index) == [0, 1, 2] and list(table["random_search"]) == [False, True, False]
-    assert list(table["beat_defaults"]) == [True, False, True] and table.loc[1, "best"] == "defaults (lr=0.02)"
+    assert list(table["beat_defaults"]) == [True, False, True] and joined(table.loc[1, "best"]) == "defaults (lr=0.02)"
     assert table.loc[0, "beat_by"] == pytest.approx(0.3 - (0.2 - 0.02)) and table.loc[1, "beat_by"] == 0
     assert table.loc[1, "gain"] == 0 and math.isnan(table.loc[1, "gain_p"])
-    assert table.loc[0, "note"] == "one tuning seed: the optimism interval uses the held-out seeds' variance alone"
+    assert joined(table.loc[0, "note"]) == (
+        "one tuning seed: the optimism interval uses the held-out seeds' variance alone")
     summary = replicate_rows(tuning_rows([tuning])).iloc[0]
     assert summary["replicates"] == 3 and summary["heldout_mean"] == pytest.approx(0.25)
     assert summary["heldout_std"] == pytest.approx(0.1) and (summary["heldout_min"], summary["heldout_max"]) == \
@@ -425,7 +451,7 @@ def test_tuning_json_states_the_objectives_rule_and_each_metrics_scale():
     from unlearnbench.report.compute.tuning import objective_rule
 
     rule = objective_rule([("acc", "forget"), ("leak", "forget")], CATALOGUE)
-    assert "Not the leaderboard's rule" in rule["rule"] and "/ scale" in rule["rule"]
+    assert "Not the leaderboard's rule" in text(rule["rule"]) and "/ scale" in text(rule["rule"])
     assert rule["metrics"] == [{"metric": "acc", "split": "forget", "label": "acc D_f", "ideal": RETRAINED,
                                 "scale": 1.0},
                                {"metric": "leak", "split": "forget", "label": "leak D_f", "ideal": 0.0, "scale": 100.0}]

@@ -97,7 +97,7 @@ def test_a_corrupt_image_is_named_in_one_line_or_skipped_with_a_warning_when_all
     write_caltech101(tmp_path)
     broken = tmp_path / "101_ObjectCategories" / "Leopards" / "image_0042.jpg"
     broken.write_bytes(b"\xff\xd8\xff not really a jpeg")
-    with pytest.raises(UserError, match=r"cannot decode .*image_0042.jpg .*dataset.skip_unreadable=true"):
+    with pytest.raises(UserError, match=r"^file .*image_0042.jpg: cannot decode it .*dataset.skip_unreadable=true"):
         caltech(tmp_path).load()
     with caplog.at_level(logging.WARNING):
         data = caltech(tmp_path, skip_unreadable=True).load()

@@ -66,7 +66,7 @@ def test_the_original_sets_the_threshold_and_relearns_at_once():
             return Scripted(model)
 
     relearning = Constant(settings(max_steps=4, k=1), 0, "3")
-    with pytest.raises(RuntimeError, match="must come first"):
+    with pytest.raises(AssertionError, match="it comes first"):
         relearning.run([0.1])
     original = relearning.original([0.1, 0.05])
     assert (original.steps, relearning.threshold) == (0, 0.1)

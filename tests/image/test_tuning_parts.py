@@ -19,7 +19,7 @@ from unlearnbench.core.outcome import Outcome
 from unlearnbench.core.plan import JobPlan
 from unlearnbench.core.validation import HELDOUT, TRIALS, parts, scored_part
 from unlearnbench.runtime.errors import UserError
-from unlearnbench.tasks.image.bench import Workbench
+from unlearnbench.tasks.image.bench import ImageBench
 from unlearnbench.tasks.image.data.base import full_pool
 
 COSTS = {"time_s", "memory_gib", "utilisation_pct"}
@@ -114,9 +114,9 @@ def jobs(tmp_path_factory, shared_cache):
                            for name, subset in subsets.items()}
         return scorer
 
-    runs, original_scorer = {}, Workbench.scorer
+    runs, original_scorer = {}, ImageBench.scorer
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Workbench, "scorer", spy)
+        patch.setattr(ImageBench, "scorer", spy)
         for current, overrides in STAGES.items():
             runs[current] = run_in_process([*TINY, *overrides], tmp_path_factory.mktemp(current), ["retrain"],
                                            shared_cache)
@@ -192,7 +192,7 @@ def test_random_sample_scores_d_prime_f_whole_as_it_is_d_f_and_splits_d_prime_r(
     for stage in ("trial", "default"):
         config = plain_config([*TINY, "scenario=random_sample", "experiment=tune", f"tune.stage={stage}"], tmp_path)
         plan = JobPlan(config, [], str(tmp_path))
-        bench = Workbench(fabric, plan, Outcome.begin(fabric, plan))
+        bench = ImageBench(fabric, plan, Outcome.begin(fabric, plan))
         split = bench.split(bench.targets[0])
         splits[stage] = {name: bench.data.loaded_positions(subset.pool, subset.indices).numpy()
                          for name, subset in split.items()}

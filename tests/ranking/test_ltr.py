@@ -265,7 +265,7 @@ def test_foltr_sweep_over_training_seeds_reports_trajectories_for_every_method(t
     run = run_cli([*FAST, "seeds.train=range(3)", "report.figures=true"], tmp_path)
     assert run.returncode == 0, run.stderr
     jobs = results(tmp_path / "sweep")
-    assert len(jobs) == 3 and all(r["status"] == "complete" and r["job"]["task"] == "ltr" for r in jobs.values())
+    assert len(jobs) == 3 and all(r["status"] == "complete" and r["job"]["task"] == "ranking" for r in jobs.values())
     methods = {p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "method").glob("fed*.yaml")}
     for result in jobs.values():
         rounds = {}
@@ -307,8 +307,8 @@ def test_foltr_seed_grid_separates_training_and_unlearning_seed_variance(tmp_pat
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["experiment=foltr", "+method=finetune"], "method finetune serves the image_classification task"),
-    (["+method=fedremove"], "method fedremove serves the ltr task"),
+    (["experiment=foltr", "+method=finetune"], "method finetune serves the image task"),
+    (["+method=fedremove"], "method fedremove serves the ranking task"),
     (["experiment=foltr", "dataset=mq2007"], "MQ2007/Fold1/train.txt"),
     (["experiment=foltr", "scenario.click_model=lazy"], "unknown click model 'lazy'; valid: perfect"),
 ])

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from unlearnbench.runtime.errors import UserError
+from unlearnbench.tasks.ranking.bench import discounted
 from unlearnbench.tasks.ranking.data import Queries, SyntheticLetor
 from unlearnbench.tasks.ranking.federation import (
     HONEST,
@@ -16,7 +17,6 @@ from unlearnbench.tasks.ranking.federation import (
     online_ndcg,
     train_federation,
 )
-from unlearnbench.tasks.ranking.job import discounted
 from unlearnbench.tasks.ranking.methods.base import FederatedTask
 from unlearnbench.tasks.ranking.methods.fed_finetune import FedFinetune
 from unlearnbench.tasks.ranking.pdgd import CLICK_MODELS, Ndcg, pdgd_pairs

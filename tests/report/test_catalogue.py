@@ -5,23 +5,26 @@ and the report's source imports no task and names no task's metric."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 import unlearnbench.report
-from unlearnbench.core.catalogue import CORE, Catalogue
+from unlearnbench.core.catalogue import CORE, Catalogue, with_core
 from unlearnbench.report.build import build_report
 from unlearnbench.report.read.catalogue import LEGACY_FILE, legacy_catalogue, result_catalogue
 from unlearnbench.report.read.collect import catalogue_of, load_results
 from unlearnbench.report.render.console import job_table
 from unlearnbench.tasks.image.catalogue import CATALOGUE as IMAGE
 from unlearnbench.tasks.ranking.catalogue import CATALOGUE as RANKING
-from unlearnbench.tasks.text.catalogue import CATALOGUE as TEXT_NOW
+from unlearnbench.tasks.text.benchmarks.tofu import SELECTION as TOFU
+from unlearnbench.tasks.text.catalogue import CATALOGUE as TEXT_TASK
 
-# The text task's declarations when schema 2 began: Leak@k (and max ROUGE@k) and the reference attack came later
-# (their results carry their own catalogue).
+# The text task's declarations when schema 2 began, all TOFU's: Leak@k (and max ROUGE@k) and the reference attack came
+# later (their results carry their own catalogue).
+TEXT_NOW = TEXT_TASK.selected(TOFU)
 LATER = ("leak_at_k", "max_rouge_at_k", "mia_reference_auc", "mia_gradnorm_auc")
 TEXT = TEXT_NOW.holding(m.name for m in TEXT_NOW.metrics if m.name not in LATER)
 
@@ -43,15 +46,17 @@ def write_result(folder: Path, seed: int, catalogue=None, schema: int = 2) -> No
     (folder / "result.json").write_text(json.dumps(content))
 
 
-TASKS = {"image_classification": IMAGE + CORE, "text": TEXT + CORE, "ltr": RANKING + CORE}  # as `job.task` names them
+# as `job.task` names them; each task's own with the core's after it, as a job declares them
+TASKS = {"image_classification": with_core(IMAGE), "text": with_core(TEXT), "ltr": with_core(RANKING)}
 
 
 def test_the_legacy_catalogue_holds_each_tasks_declarations_and_their_union_stands_in_for_an_unknown_task():
     assert json.loads(LEGACY_FILE.read_text(encoding="utf-8")) == {t: c.as_dict() for t, c in TASKS.items()}
     for task, declared in TASKS.items():
         assert legacy_catalogue(task) == declared
-    union = IMAGE + TEXT + RANKING + CORE  # the core's metrics last, as in each task's own
-    assert legacy_catalogue() == legacy_catalogue("unknown") == union
+    union = IMAGE + TEXT + RANKING + CORE  # in the file's order (image, text, ranking), the core's metrics last
+    in_order = (*IMAGE.metrics, *TEXT.metrics, *RANKING.metrics, *CORE.metrics)
+    assert legacy_catalogue() == legacy_catalogue("unknown") == dataclasses.replace(union, metrics=in_order)
     assert legacy_catalogue().gold_standards == {"retrain", "fed_retrain", "text_retrain"}
     assert legacy_catalogue("text").per_example == TEXT.per_example and legacy_catalogue("ltr").per_example is None
 
@@ -71,8 +76,9 @@ def test_a_result_is_read_with_its_own_catalogue_and_a_schema_1_result_with_the_
     assert catalogue_of(new_jobs).label("delta_acc", "forget_test") == "gap test"
     _, old_jobs = load_results([tmp_path / "old"])
     assert catalogue_of(old_jobs) == legacy_catalogue("image_classification")
-    merged = catalogue_of(new_jobs + old_jobs)  # a metric declared twice keeps the first declaration
-    assert merged.label("delta_acc", "forget_test") == "gap test" and merged.metric("mia") is not None
+    merged = catalogue_of(new_jobs + old_jobs)  # in either order: the labels first as text ("D'_f" < "test")
+    assert merged == catalogue_of(old_jobs + new_jobs)
+    assert merged.label("delta_acc", "forget_test") == "gap D'_f" and merged.metric("mia") is not None
     assert catalogue_of([]) == Catalogue()
 
 
@@ -102,7 +108,7 @@ def test_a_damaged_catalogue_is_one_warning_naming_its_file_and_the_legacy_stand
         "a metric catalogue: Metric.__init__() missing 1 required positional argument: 'label'); job2/result.json "
         "(not a metric catalogue: \"['delta_acc']\" where a name or label belongs); job3/result.json (not a metric "
         "catalogue: 'str' object has no attribute 'get')"]
-    assert report.study.catalogue.label("delta_acc", "forget_test") == "gap test"  # job0's, read first
+    assert report.study.catalogue.label("delta_acc", "forget_test") == "gap D'_f"  # job0's metric, the split's first
     assert report.study.catalogue.metric("mia") is not None  # and the legacy catalogue's beside it
 
 

@@ -17,6 +17,7 @@ from unlearnbench.core.catalogue import CORE
 from unlearnbench.report.build import build_report
 from unlearnbench.report.compute.forget_quality import KLOM_COLUMNS, QUALITY_COLUMNS, forget_quality, load_examples
 from unlearnbench.report.compute.forgetting import klom, klom_summary, null_kloms, null_orders
+from unlearnbench.report.render.words import text
 from unlearnbench.tasks.image.catalogue import CATALOGUE as IMAGE
 from unlearnbench.tasks.ranking.catalogue import CATALOGUE as RANKING
 from unlearnbench.tasks.text.catalogue import CATALOGUE as TEXT
@@ -247,7 +248,7 @@ def test_a_split_that_cannot_be_compared_costs_klom_alone():
     rows = examples["/sweep/digits_t1_u3"]
     examples["/sweep/digits_t1_u3"] = pd.concat([rows, rows[rows["split"] == "retain_train"].iloc[:1]])
     found = forget_quality(jobs, examples, pd.DataFrame(), KEYS, permutations=5)
-    problems = [w for w in found.left_out if "no KLOM" in w]
+    problems = [w for w in map(text, found.left_out) if "no KLOM" in w]
     assert len(problems) == 4 and all("twice" in w for w in problems)  # A(1) and B, both methods
     quality = by_pool(found.quality)
     assert pd.notna(quality.loc[("shift", "A", 1), "forget_quality"])  # F stands

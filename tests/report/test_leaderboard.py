@@ -25,6 +25,7 @@ from unlearnbench.report.compute.leaderboard import (
     tables,
 )
 from unlearnbench.report.read.catalogue import legacy_catalogue
+from unlearnbench.report.render.words import joined
 from unlearnbench.runtime.errors import UserError
 
 KEYS = ["dataset", "model", "scenario"]
@@ -138,7 +139,9 @@ def test_blocks_needed_is_where_the_smallest_p_reaches_alpha():
     assert all(p["different"] for p in board.pairs) and not board.rows[0]["note"]
     short = {m: v[:6] for m, v in separated.items()}
     board, = leaderboards(values(short), KEYS, [METRIC], LEGACY)
-    assert not board.pairs and "needs 7 blocks, not 6: 7 training seeds" in board.rows[0]["note"]
+    assert not board.pairs and joined(board.rows[0]["note"]) == (
+        "a Wilcoxon–Holm test over 3 methods needs 7 blocks, not 6: 7 training seeds of 1 target "
+        "(seeds.train=range(7))")
 
 
 def test_ranks_are_within_blocks_ties_shared_and_retrained_ideals_use_m_rs_block_mean():

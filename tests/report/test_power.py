@@ -17,6 +17,7 @@ from unlearnbench.report.compute.power import (
     seed_mean_test,
 )
 from unlearnbench.report.compute.stats import nested_variance
+from unlearnbench.report.render.words import joined
 from unlearnbench.runtime.errors import UserError
 
 STUDIES = 10_000  # simulated studies per case: a Monte-Carlo standard error of 0.5 points at a rate of 0.5
@@ -55,7 +56,7 @@ def test_the_paired_t_test_has_its_size_and_its_interval_its_coverage():
         components = nested_variance(list(shifted[k]))
         assert (test.sigma_t2, test.sigma_u2, test.sigma_t2_high) == (components.sigma_t2, components.sigma_u2,
                                                                       components.sigma_t2_high)
-        assert (test.I, test.J, test.n, test.balanced, test.note) == (6, 3, 18, True, "")
+        assert (test.I, test.J, test.n, test.balanced, joined(test.note)) == (6, 3, 18, True, "")
 
 
 @pytest.mark.parametrize(("delta", "count", "per"), [(1.2, 4, 2), (0.8, 8, 3), (0.6, 12, 1), (0.5, 20, 4)])
@@ -96,7 +97,7 @@ def test_power_plan_is_the_cheapest_design_with_two_training_seeds_at_least(delt
     plan = power_plan(delta, sigma_t2, sigma_u2, cost_train, cost_unlearn)
     assert (plan.cost_s, plan.J, plan.I) == pytest.approx(brute_force(delta, sigma_t2, sigma_u2, cost_train,
                                                                       cost_unlearn))
-    assert 2 <= plan.I < 50 and plan.J < 50 and plan.power >= 0.8 and plan.note == ""  # well inside the grid
+    assert 2 <= plan.I < 50 and plan.J < 50 and plan.power >= 0.8 and joined(plan.note) == ""  # well inside the grid
 
 
 def test_cheap_unlearning_seeds_buy_the_unlearning_variance_down():
@@ -118,31 +119,31 @@ def test_power_edge_cases():
 
 
 def test_power_plan_says_what_it_cannot_plan():
-    assert power_plan(0.0, 0.1, 0.1, 30.0, 5.0).note == "a difference of 0: no design detects it (power = α)"
+    assert joined(power_plan(0.0, 0.1, 0.1, 30.0, 5.0).note) == "a difference of 0: no design detects it (power = α)"
     assert power_plan(math.nan, 0.1, 0.1, 30.0, 5.0).I is None
-    assert power_plan(0.1, math.nan, 0.1, 30.0, 5.0).note == "σ_TD² or σ_UD² not identifiable from this grid"
-    assert "upper limit unbounded" in power_plan(0.1, 0.1, math.inf, 30.0, 5.0).note
-    assert power_plan(0.1, 0.1, 0.1, math.nan, 5.0).note == "no training or unlearning time recorded"
+    assert joined(power_plan(0.1, math.nan, 0.1, 30.0, 5.0).note) == "σ_TD² or σ_UD² not identifiable from this grid"
+    assert "upper limit unbounded" in joined(power_plan(0.1, 0.1, math.inf, 30.0, 5.0).note)
+    assert joined(power_plan(0.1, 0.1, 0.1, math.nan, 5.0).note) == "no training or unlearning time recorded"
     tiny = power_plan(1e-4, 0.1, 0.1, 30.0, 5.0)
-    assert tiny.I is None and f"more than {MAX_POWER_JOBS:,} jobs" in tiny.note
+    assert tiny.I is None and f"more than {MAX_POWER_JOBS:,} jobs" in joined(tiny.note)
     exact = power_plan(0.1, 0.0, 0.0, 30.0, 5.0)
     assert (exact.I, exact.J, exact.power, exact.cost_s) == (2, 1, 1.0, 70.0)
-    with pytest.raises(UserError, match=r"^the 'target_power' parameter of power_plan must be a number in \(0, 1\)"):
+    with pytest.raises(UserError, match=r"^the 'target_power' option of power_plan must be a number in \(0, 1\)"):
         power_plan(0.1, 0.1, 0.1, 30.0, 5.0, target_power=1.0)
-    with pytest.raises(UserError, match=r"^the 'alpha' parameter of power must be a number in \(0, 1\); got 0"):
+    with pytest.raises(UserError, match=r"^the 'alpha' option of power must be a number in \(0, 1\); got 0"):
         power(0.1, 0.1, 0.1, 5, 2, alpha=0)
 
 
 def test_paired_test_degenerate_grids():
     one = paired_test([[0.1, 0.3, 0.2]])
-    assert one.I == 1 and one.mean == pytest.approx(0.2) and math.isnan(one.p) and "no test" in one.note
+    assert one.I == 1 and one.mean == pytest.approx(0.2) and math.isnan(one.p) and "no test" in joined(one.note)
     same = paired_test([[0.2, 0.2], [0.2, 0.2], [0.2, 0.2]])
     assert (same.mean, same.low, same.high, same.p, same.sigma_t2, same.sigma_u2) == (0.2, 0.2, 0.2, 0.0, 0.0, 0.0)
-    assert "the same mean difference" in same.note
+    assert "the same mean difference" in joined(same.note)
     zero = paired_test([[0.0, 0.0], [0.0, 0.0]])
     assert (zero.p, zero.t) == (1.0, 0.0)
     unbalanced = paired_test([[0.1, 0.3], [0.2, 0.4, 0.9], [math.nan, 0.5], []])
     assert (unbalanced.I, unbalanced.n, unbalanced.balanced) == (3, 6, False)
     assert unbalanced.mean == pytest.approx(np.mean([0.2, 0.5, 0.5]))  # the mean of the training-seed means
-    assert "unbalanced grid" in unbalanced.note
+    assert "unbalanced grid" in joined(unbalanced.note)
     assert math.isnan(paired_test([]).mean)

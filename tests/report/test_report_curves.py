@@ -13,8 +13,9 @@ import pytest
 from matplotlib.figure import Figure
 
 from unlearnbench.report.build import build_report
-from unlearnbench.report.read.curves import CurveError, curve_table, job_curves, parse_curve
+from unlearnbench.report.read.curves import curve_table, job_curves, parse_curve
 from unlearnbench.report.render import figures
+from unlearnbench.runtime.errors import UserError
 
 PNG = b"\x89PNG\r\n\x1a\n"
 PERMUTATIONS = 50
@@ -319,7 +320,7 @@ def test_a_well_formed_curve_is_read_with_its_missing_values():
 ])
 def test_a_malformed_curve_is_skipped_with_its_reason(bad, reason):
     good = curve("original", 0, {"epoch": [1, 2], "loss": [1.0, 0.5], "train_acc": [0.1, 0.2], "lr": [0.1, 0.1]})
-    with pytest.raises(CurveError, match=f"^{re.escape(reason)}$"):
+    with pytest.raises(UserError, match=f"^{re.escape(reason)}$"):
         parse_curve({**good, **bad})
     parsed, problems = job_curves({"folder": "x", "curves": [good, {**good, **bad}]})
     assert len(parsed) == 1 and problems == [f"curves[1]: {reason}"]

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
+from unlearnbench.report.compute.notes import Note
 from unlearnbench.report.compute.stats import (
     MAX_PLAN_K,
     MIN_PLAN_TRAINING_SEEDS,
@@ -25,6 +26,7 @@ from unlearnbench.report.compute.stats import (
     w2_null_pairs,
     w2_nulls,
 )
+from unlearnbench.report.render.words import joined, text
 from unlearnbench.runtime.errors import UserError
 
 # ---------------------------------------------------------------------------------------------------------- W2
@@ -108,7 +110,7 @@ def test_variance_components_of_a_hand_computed_balanced_grid():
     chi_low, chi_high = scipy_stats.chi2.ppf([0.975, 0.025], 3)
     assert (result.sigma_u2_low, result.sigma_u2_high) == pytest.approx((12 / chi_low, 12 / chi_high))
     assert 0 <= result.sigma_t2_low <= result.sigma_t2 <= result.sigma_t2_high
-    assert result.warnings == ["fewer than 10 training seeds (I = 3): σ_T² is barely identifiable",
+    assert list(map(text, result.warnings)) == ["fewer than 10 training seeds (I = 3): σ_T² is barely identifiable",
                                "fewer than 5 training seeds with two unlearning seeds: σ_U²'s interval is the χ² "
                                "one, exact only if every training seed has the same variance"]
 
@@ -292,7 +294,7 @@ def test_one_unlearning_seed_per_training_seed_identifies_only_the_total():
     result = nested_variance([[1.0], [2.0], [4.0]])
     assert result.J == 1 and result.total == pytest.approx(7 / 3)
     assert math.isnan(result.sigma_t2) and math.isnan(result.sigma_u2) and math.isnan(result.icc)
-    assert any("J = 1" in w for w in result.warnings)
+    assert any("J = 1" in w for w in map(text, result.warnings))
 
 
 def test_one_training_seed_identifies_only_the_unlearning_seed_component():
@@ -300,7 +302,7 @@ def test_one_training_seed_identifies_only_the_unlearning_seed_component():
     assert result.I == 1 and result.sigma_u2 == pytest.approx(7 / 3)
     assert math.isnan(result.sigma_t2) and math.isnan(result.total)
     assert result.sigma_u2_low < 7 / 3 < result.sigma_u2_high
-    assert any("I = 1" in w for w in result.warnings)
+    assert any("I = 1" in w for w in map(text, result.warnings))
 
 
 def test_unbalanced_grid_uses_the_unbalanced_anova_estimator_and_warns():
@@ -311,16 +313,16 @@ def test_unbalanced_grid_uses_the_unbalanced_anova_estimator_and_warns():
     assert result.J == 2.625  # exact in binary
     assert result.msw == pytest.approx(3.6) and result.msb == pytest.approx(29.4375)
     assert result.sigma_t2 == pytest.approx((29.4375 - 3.6) / 2.625)
-    assert any(w.startswith("unbalanced grid (2 to 3 unlearning seeds") for w in result.warnings)
+    assert any(w.startswith("unbalanced grid (2 to 3 unlearning seeds") for w in map(text, result.warnings))
 
 
 def test_enough_balanced_training_seeds_give_no_warning_and_nan_is_dropped():
     rng = np.random.default_rng(5)
     groups = [list(rng.normal(size=3)) for _ in range(10)]
-    assert nested_variance(groups).warnings == []
+    assert list(map(text, nested_variance(groups).warnings)) == []
     with_nan = [[*g, math.nan] for g in groups]
     assert nested_variance(with_nan).as_dict() == nested_variance(groups).as_dict()
-    assert nested_variance([]).warnings == ["no values"]
+    assert list(map(text, nested_variance([]).warnings)) == ["no values"]
 
 
 # ------------------------------------------------------------------------------------- three-stage split
@@ -419,8 +421,8 @@ def test_an_unbalanced_grid_takes_henderson_method_1_with_its_coefficients():
     sigma_u2 = (ms_b - ms_e) / k1
     assert split.sigma_e2 == pytest.approx(0.4) and split.sigma_u2 == pytest.approx(max(0.0, sigma_u2))
     assert split.sigma_t2 == pytest.approx(max(0.0, (ms_a - ms_e - k2 * sigma_u2) / k3))
-    assert split.warnings[0].startswith("unbalanced grid (2 to 2 unlearning seeds per training seed, 1 to 3 "
-                                        "evaluation seeds per cell): Henderson's method 1")
+    assert text(split.warnings[0]).startswith("unbalanced grid (2 to 2 unlearning seeds per training seed, 1 to 3 "
+                                              "evaluation seeds per cell): Henderson's method 1")
 
 
 def test_the_evaluation_split_needs_a_cell_with_two_values_and_says_what_it_cannot_identify():
@@ -430,10 +432,10 @@ def test_the_evaluation_split_needs_a_cell_with_two_values_and_says_what_it_cann
     assert one_cell.sigma_e2 == pytest.approx((0.5 + 2.0 + 0.125) / 3)
     assert math.isnan(one_cell.sigma_t2) and math.isnan(one_cell.sigma_u2) and math.isnan(one_cell.as_dict()[
         "train_share"])
-    assert "not identifiable apart" in one_cell.warnings[0]
+    assert "not identifiable apart" in text(one_cell.warnings[0])
     one_seed = evaluation_split([[[1.0, 2.0], [3.0, 5.0], [0.0, 0.5]]])
     assert math.isnan(one_seed.sigma_t2) and one_seed.sigma_u2 >= 0 and not one_seed.sigma_t2_truncated
-    assert one_seed.warnings == ["one training seed (I = 1): σ_T² is not identifiable"]
+    assert list(map(text, one_seed.warnings)) == ["one training seed (I = 1): σ_T² is not identifiable"]
     with_nan = evaluation_split([[[1.0, 2.0, math.nan], [3.0, 5.0]], [[0.0, 0.5], [1.0, 1.5]]])
     assert with_nan.as_dict() == evaluation_split([[[1.0, 2.0], [3.0, 5.0]], [[0.0, 0.5], [1.0, 1.5]]]).as_dict()
 
@@ -546,14 +548,14 @@ def test_seed_plan_is_the_cheapest_design_with_two_training_seeds_at_least(sigma
 def test_seed_plan_keeps_two_training_seeds_where_sigma_t2_is_zero_and_says_why():
     plan = seed_plan(0.0, 0.01, 30.0, 5.0, 0.01)  # was I = 1, J = 100: the single-seed design
     assert (plan.I, plan.J, plan.K, plan.j_star) == (2, 50, 1, math.inf)
-    assert "σ̂_T² = 0, often a negative estimate truncated at 0" in plan.note
+    assert "σ̂_T² = 0, often a negative estimate truncated at 0" in joined(plan.note)
     plan = seed_plan(1e-5, 9e-4, 100.0, 1.0, 0.01)  # one training seed of 10 jobs would reach the target
-    assert (plan.I, plan.J) == (2, 5) and "one would reach the target at these values" in plan.note
+    assert (plan.I, plan.J) == (2, 5) and "one would reach the target at these values" in joined(plan.note)
     plan = seed_plan(0.0, 0.0, 30.0, 5.0, 0.01)
     assert (plan.I, plan.J, plan.K, plan.se, plan.cost_s) == (2, 1, 1, 0.0, 70.0)
-    assert plan.note.startswith("no seed variance at these values")
+    assert joined(plan.note).startswith("no seed variance at these values")
     plan = seed_plan(0.01, 0.0, 30.0, 5.0, 0.01)  # a deterministic method: unlearning seeds buy nothing
-    assert (plan.I, plan.J, plan.j_star) == (100, 1, 0.0) and "extra unlearning seeds buy nothing" in plan.note
+    assert (plan.I, plan.J, plan.j_star) == (100, 1, 0.0) and "extra unlearning seeds buy nothing" in joined(plan.note)
 
 
 def test_no_plan_from_simulated_pilots_has_fewer_than_two_training_seeds():
@@ -578,24 +580,26 @@ def test_seed_plan_adds_evaluation_seeds_where_they_are_cheap():
     assert expensive.K == 1 and cheap.K > 1 and cheap.cost_s < expensive.cost_s
     assert cheap.cost_s == pytest.approx(cheap.I * (30.0 + cheap.J * (20.0 + (cheap.K - 1) * 1.0)))
     unpriced = seed_plan(1e-4, 1e-4, 30.0, 20.0, 0.01, sigma_e2=4e-4)  # no c_E: K = 1, σ_E² inside σ_U²
-    assert unpriced.K == 1 and "σ_E² counted with σ_U²" in unpriced.note
+    assert unpriced.K == 1 and "σ_E² counted with σ_U²" in joined(unpriced.note)
     two_stage = seed_plan(1e-4, 5e-4, 30.0, 20.0, 0.01)
     assert (unpriced.I, unpriced.J, unpriced.cost_s) == (two_stage.I, two_stage.J, two_stage.cost_s)
     assert unpriced.j_star == pytest.approx(math.sqrt(30.0 * 5e-4 / (20.0 * 1e-4)))
     free = seed_plan(0.0, 0.0, 30.0, 20.0, 0.01, sigma_e2=0.1999, cost_eval=0.0)  # K ≥ 999.5 with I = 2, J = 1
-    assert (free.I, free.J, free.K) == (2, 1, MAX_PLAN_K) and "search bound" in free.note
+    assert (free.I, free.J, free.K) == (2, 1, MAX_PLAN_K) and "search bound" in joined(free.note)
 
 
 def test_seed_plan_refuses_what_it_cannot_plan():
-    assert seed_plan(math.nan, 0.01, 30.0, 5.0, 0.01).note == "σ_T² or σ_U² not identifiable from this grid"
-    assert seed_plan(0.01, 0.01, 30.0, 5.0, 0.01, sigma_e2=math.nan).note == "σ_E² not identifiable from this grid"
+    assert joined(seed_plan(math.nan, 0.01, 30.0, 5.0, 0.01).note) == "σ_T² or σ_U² not identifiable from this grid"
+    unknown = seed_plan(0.01, 0.01, 30.0, 5.0, 0.01, sigma_e2=math.nan)
+    assert unknown.note == (Note("sigma_e2_unknown"),)
+    assert joined(unknown.note) == "σ_E² not identifiable from this grid"
     unbounded = seed_plan(0.01, math.inf, 30.0, 5.0, 0.01)
     assert (unbounded.I, unbounded.J, unbounded.K) == (None, None, None)
-    assert unbounded.note == "σ_U² upper limit unbounded: too few seeds to plan at the upper limit"
-    assert "no training or unlearning time" in seed_plan(0.01, 0.01, math.nan, 5.0, 0.01).note
-    with pytest.raises(UserError, match=r"^the 'target_se' parameter of seed_plan must be a positive number; got 0"):
+    assert joined(unbounded.note) == "σ_U² upper limit unbounded: too few seeds to plan at the upper limit"
+    assert "no training or unlearning time" in joined(seed_plan(0.01, 0.01, math.nan, 5.0, 0.01).note)
+    with pytest.raises(UserError, match=r"^the 'target_se' option of seed_plan must be a positive number; got 0"):
         seed_plan(0.01, 0.01, 30.0, 5.0, 0.0)
-    with pytest.raises(UserError, match=r"^the 'sigma_u2' parameter of seed_plan must be a variance ≥ 0"):
+    with pytest.raises(UserError, match=r"^the 'sigma_u2' option of seed_plan must be a variance ≥ 0"):
         seed_plan(0.01, -1.0, 30.0, 5.0, 0.01)
 
 

@@ -21,7 +21,7 @@ from unlearnbench.report import build
 from unlearnbench.report.compute.derived import derived_records
 from unlearnbench.tasks.image.catalogue import CATALOGUE as IMAGE
 from unlearnbench.tasks.text.catalogue import CATALOGUE as TEXT
-from unlearnbench.tasks.text.metrics import forget_quality
+from unlearnbench.tasks.text.evaluate.metrics import forget_quality
 
 N = 12
 KEYS = ["dataset", "model", "scenario"]

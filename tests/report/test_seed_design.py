@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from unlearnbench.report.compute import stats
-from unlearnbench.report.compute.analysis import Caveat, analyse
+from unlearnbench.report.compute.analysis import analyse
+from unlearnbench.report.compute.notes import Note
 from unlearnbench.report.compute.seed_design import (
     costs,
     extend,
@@ -24,7 +25,8 @@ from unlearnbench.report.compute.seed_design import (
 )
 from unlearnbench.report.compute.stats import seed_plan
 from unlearnbench.report.read.catalogue import legacy_catalogue
-from unlearnbench.report.render.markdown import caveat_text, render
+from unlearnbench.report.render.markdown import render
+from unlearnbench.report.render.words import joined, text
 
 KEYS = ["dataset", "model", "scenario"]
 LEGACY = legacy_catalogue()
@@ -101,13 +103,13 @@ def test_the_ranked_metrics_are_the_declared_leaderboard_metrics_with_a_number_f
 def test_the_design_caveats_are_data_and_the_report_words_them():
     """Three training seeds of one unlearning seed each: σ_T² barely identifiable, no single-seed design."""
     study = analyse(frame({"a": np.arange(3.0)[:, None], "b": np.ones((3, 1))}), LEGACY)
-    assert study.warnings == [Caveat("few_training_seeds", {"below": 10, "seeds": [3]}), Caveat("one_unlearning_seed")]
-    assert [caveat_text(caveat) for caveat in study.warnings] == [
+    assert study.warnings == [Note("few_training_seeds", {"below": 10, "seeds": [3]}), Note("one_unlearning_seed")]
+    assert [text(caveat) for caveat in study.warnings] == [
         "fewer than 10 training seeds (I = 3): σ_T² is barely identifiable; its interval is wide",
         "one unlearning seed per training seed (J = 1): only the total variance is identifiable and there is no "
         "single-training-seed design to compare (no W2)"]
-    unbalanced = Caveat("unbalanced", {"rows": 2, "methods": ["a", "b"]})
-    assert caveat_text(unbalanced).startswith("unbalanced grid (2 rows; methods a, b): not every training seed")
+    unbalanced = Note("unbalanced", {"rows": 2, "methods": ["a", "b"]})
+    assert text(unbalanced).startswith("unbalanced grid (2 rows; methods a, b): not every training seed")
 
 
 def test_wilson_interval():
@@ -160,7 +162,7 @@ def test_no_report_recommends_fewer_than_two_training_seeds():
     assert variance["msb"] < variance["msw"] and variance["sigma_t2"] == 0.0 and variance["sigma_t2_truncated"]
     plan = study.plans[study.plans["metric"] == "delta_acc"].iloc[0]
     assert plan["sigma_t2_truncated"] and plan["point_I"] == 2 and plan["upper_I"] >= 2
-    assert "negative estimate truncated at 0" in plan["point_note"]
+    assert "negative estimate truncated at 0" in joined(plan["point_note"])
     assert plan["upper_cost_s"] > plan["point_cost_s"]  # the upper limits ask for more
     text = render(study, [], [], [], [], [], Path("."))
     section = text[text.index("### How many seeds to run"):]

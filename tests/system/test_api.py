@@ -16,6 +16,7 @@ from helpers import FORKING, REPO, TINY, default_sigint, run_example, user_envir
 
 import unlearnbench
 from unlearnbench import SweepError, load_report, run_sweep
+from unlearnbench.runtime.errors import UserError
 
 EXAMPLE = REPO / "docs" / "examples" / "python" / "quick_study.py"
 # The example's own overrides, to call run_sweep again on its folder, and what the test adds to them: the tiny digits
@@ -123,16 +124,17 @@ def test_load_report_rebuilds_on_request_and_names_a_missing_report(example, tmp
     assert load_report(copy).curves.empty and not original.curves.empty  # a table the report lacks: empty
     with pytest.raises(FileNotFoundError, match="no such folder"):
         load_report(tmp_path / "nowhere")
-    with pytest.raises(ValueError, match="is a report folder; rebuild=True needs the sweep folder"):
+    with pytest.raises(UserError, match="is a report folder; rebuild=True needs the sweep folder"):
         load_report(copy / "report", rebuild=True)
 
 
 def test_run_sweep_refuses_what_the_command_line_would_not_take_as_overrides(tmp_path):
-    with pytest.raises(TypeError, match="overrides must be a list of strings"):
+    with pytest.raises(UserError, match=r"^the 'overrides' option of run_sweep must be a list of strings"):
         run_sweep("+method=ssd")
-    with pytest.raises(ValueError, match=r"run_sweep takes overrides .* not '--cfg'"):
+    with pytest.raises(UserError, match=r"^the 'overrides' option of run_sweep must be key=value overrides only "
+                                        r"\(.*\); got '--cfg' instead$"):
         run_sweep(["--cfg", "job"])
-    with pytest.raises(ValueError, match="the sweep folder is given twice"):
+    with pytest.raises(UserError, match="the sweep folder is given twice"):
         run_sweep([f"hydra.sweep.dir={tmp_path}"], sweep_dir=tmp_path)
 
 

@@ -121,7 +121,7 @@ def test_a_metric_of_another_task_is_refused_in_one_line(project):
                                  "hydra.sweep.dir=othertask"])
     assert run.returncode == 1 and "Traceback" not in run.stderr
     assert ("the 'evaluation.metrics.margin' option of dataset fictitious must be a metric of the text task; got "
-            "mypkg.margin.Margin, a metric of the image_classification task instead") in run.stderr
+            "mypkg.margin.Margin, a metric of the image task instead") in run.stderr
 
 
 def test_the_forget_set_is_drawn_from_the_seed(project, together):

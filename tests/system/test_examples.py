@@ -199,6 +199,7 @@ def fabricated_sweep(rng: np.random.Generator, forget: int = 20) -> tuple[list[d
 
 def test_a_point_pool_scores_at_the_cap_in_A_and_a_foreign_forget_set_is_left_out():
     from unlearnbench.report.compute.forget_quality import forget_quality
+    from unlearnbench.report.render.words import joined, text
 
     jobs, examples, frame = fabricated_sweep(np.random.default_rng(0))
     found = forget_quality(jobs, examples, frame, ["dataset", "model", "scenario"], permutations=20)
@@ -207,13 +208,14 @@ def test_a_point_pool_scores_at_the_cap_in_A_and_a_foreign_forget_set_is_left_ou
     assert quality.loc[("det", "A", 1), "n_models"] == 4 and quality.loc[("det", "B", -1), "n_models"] == 4
     for seed in (0, 1):
         point = quality.loc[("det", "A", seed)]
-        assert point["forget_quality"] == 0.0 and "point" in point["note"] and point["distinguishable"]
-    assert "point" not in quality.loc[("det", "B", -1), "note"]
+        assert point["forget_quality"] == 0.0 and "point" in joined(point["note"]) and point["distinguishable"]
+    assert "point" not in joined(quality.loc[("det", "B", -1), "note"])
     assert (found.by_example[(found.by_example["method"] == "det") & (found.by_example["design"] == "A")]
             ["epsilon"] == 50).all()
     gold = quality.xs("retrain")
     assert (gold["forget_quality"] == 1.0).all() and (gold["score"] == 1.0).all()
-    assert len(found.left_out) == 1 and "digits_t1_u10" in found.left_out[0] and "1 of 11 jobs" in found.left_out[0]
+    left_out = [text(note) for note in found.left_out]
+    assert len(left_out) == 1 and "digits_t1_u10" in left_out[0] and "1 of 11 jobs" in left_out[0]
     across = found.across.set_index("method")
     assert across.loc["det", "designs_A"] == 2 and across.loc["det", "forget_quality_A_mean"] == 0.0
     assert across.loc["det", "forget_quality_B"] == quality.loc[("det", "B", -1), "forget_quality"]
@@ -221,12 +223,13 @@ def test_a_point_pool_scores_at_the_cap_in_A_and_a_foreign_forget_set_is_left_ou
 
 def test_a_pool_that_cannot_be_scored_is_a_warning_and_the_others_are_scored():
     from unlearnbench.report.compute.forget_quality import forget_quality
+    from unlearnbench.report.render.words import text
 
     jobs, examples, frame = fabricated_sweep(np.random.default_rng(1))
     rows = examples["/sweep/digits_t0_u0"]
     rows.loc[rows["method"] == "det", "conf"] = 1e12  # finite, but no logit-scaled confidence
     found = forget_quality(jobs, examples, frame, ["dataset", "model", "scenario"], permutations=5)
-    problems = [w for w in found.left_out if "not scored" in w]
+    problems = [w for w in map(text, found.left_out) if "not scored" in w]
     assert len(problems) == 2 and all("method det" in w and "1e+09" in w for w in problems)  # A(0) and B
     assert {("det", "A", 1), ("retrain", "A", 0), ("retrain", "B", None)} <= {
         (r.method, r.design, None if pd.isna(r.seed_train) else int(r.seed_train)) for r in found.quality.itertuples()}

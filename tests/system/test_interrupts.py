@@ -70,8 +70,11 @@ def assert_kept_whole(sweep: Path) -> None:
 
 @pytest.mark.processes
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupt_between_jobs_is_one_line_keeps_finished_jobs_and_a_rerun_resumes(tmp_path, signum):
-    args = ["+method=retrain", "seeds.train=0,1", *TINY]
+def test_an_interrupt_between_jobs_is_one_line_keeps_finished_jobs_and_a_rerun_resumes(tmp_path, calibrated, signum):
+    """The first job's models are in the sweep's cache (it finishes at once), the second job's are not (it trains
+    them: the signal lands while it is composed or trained); they are for the rerun, which only resumes."""
+    args = SWEEP
+    copy_models(calibrated, 0, tmp_path / "cache")
     process = start(args, tmp_path)
     wait_for(lambda: results(tmp_path / "sweep") or process.poll() is not None, every=0.05)
     process.send_signal(signum)  # the first job has finished: the second is being composed or trained
@@ -79,6 +82,7 @@ def test_an_interrupt_between_jobs_is_one_line_keeps_finished_jobs_and_a_rerun_r
     finished = results(tmp_path / "sweep")
     assert len(finished) == 1
     assert_kept_whole(tmp_path / "sweep")
+    copy_models(calibrated, 1, tmp_path / "cache")
     resumed = start(args, tmp_path)
     stdout, stderr = resumed.communicate(300)
     assert resumed.returncode == 0, stderr[-3000:]
@@ -118,6 +122,16 @@ def calibrated(tmp_path_factory, shared_cache):
 
 
 SWEEP = ["+method=retrain", "seeds.train=0,1", *TINY]
+
+
+def copy_models(calibrated, seed: int, cache: Path) -> None:
+    """The models (M_o, M_r) of SWEEP's job of training seed `seed`, copied from the calibrated sweep's cache into
+    `cache` where it lacks them."""
+    root, shared, _ = calibrated
+    (job,) = [r for r in results(root / "cached").values() if r["job"]["seed_train"] == seed]
+    for key in [job["cache"]["original"]["key"], *(entry["key"] for entry in job["cache"]["retrained"])]:
+        if not (cache / key).exists():
+            shutil.copytree(shared / key, cache / key)
 
 
 @pytest.mark.processes
@@ -260,10 +274,12 @@ print(json.dumps(outcome))
 
 
 @pytest.mark.processes
-def test_the_interrupt_cases_pass_from_a_parent_that_ignores_sigint(tmp_path):
+def test_the_interrupt_cases_pass_from_a_parent_that_ignores_sigint(tmp_path, calibrated):
     """As when the suite runs as `make test &`: a background job of a non-interactive shell ignores SIGINT, and its
     children inherit that. The interrupt tests give the sweep Python's default SIGINT all the same; the console
-    script itself keeps an ignored SIGINT ignored, and stops on SIGTERM."""
+    script itself keeps an ignored SIGINT ignored, and stops on SIGTERM. (The first job's models are cached, as in
+    the test above.)"""
+    copy_models(calibrated, 0, tmp_path / "cache")
     script = PARENT.format(here=str(Path(__file__).parent), tests=str(REPO / "tests"), root=str(tmp_path),
                            tiny=TINY)
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,

@@ -16,6 +16,7 @@ from helpers import TINY, mounted_tmpfs, plain_config, results, run_cli, values
 
 from unlearnbench.core.job import JobPlan, execute
 from unlearnbench.core.result import json_safe, publish
+from unlearnbench.runtime.errors import EndSweep
 
 TESTS = Path(__file__).resolve().parent.parent
 FAULTY = {"crashing": "faulty.Crashing", "exploding": "faulty.Exploding"}
@@ -125,10 +126,10 @@ def test_a_result_that_cannot_be_written_stops_with_one_line_and_leaves_nothing_
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("unlearnbench.runtime.files.os.fsync", full)
-    with pytest.raises(SystemExit) as stopped:
+    with pytest.raises(EndSweep) as stopped:
         publish(path, {"status": "complete", "records": [{"value": 1.0}]})
     monkeypatch.undo()
-    assert str(stopped.value).startswith(f"unlearnbench: cannot write {path}: No space left on device")
+    assert str(stopped.value).startswith(f"cannot write {path}: No space left on device")
     assert path.read_text() == before  # the earlier result stands, whole
     assert sorted(p.name for p in path.parent.iterdir()) == ["result.json"]  # no temporary file left
 

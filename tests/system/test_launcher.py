@@ -12,8 +12,9 @@ import sys
 import time
 from pathlib import Path
 
+import forkserver
 import pytest
-from helpers import QUICK_REPORT, TINY, default_sigint, results, run_cli, with_defaults
+from helpers import QUICK_REPORT, TINY, results, run_cli, with_defaults
 
 from hydra_plugins.unlearnbench_launcher import local
 from unlearnbench.runtime.progress import SweepProgress
@@ -140,15 +141,15 @@ INTERRUPTED = ["+method=finetune", "seeds.train=range(3)", *UNSET_THREADS, "hydr
 
 
 def interrupted_run(root: Path, how: str, cache: Path) -> dict:
-    """The sweep INTERRUPTED started as a user starts it (its own process group, Python's default SIGINT). Ctrl-C,
-    to the whole group (the workers too), once its first job has finished; SIGTERM, to the sweep alone, once a worker
+    """The sweep INTERRUPTED started as a user starts it (its own process group, Python's default SIGINT), forked
+    from the test's fork server (forkserver.py: a real process without the console script's imports). Ctrl-C, to
+    the whole group (the workers too), once its first job has finished; SIGTERM, to the sweep alone, once a worker
     has started a job's stage (its lines so far are kept)."""
-    command = [str(Path(sys.executable).parent / "unlearnbench"), *with_defaults(INTERRUPTED, QUICK_REPORT),
-               f"hydra.sweep.dir={root / 'sweep'}", f"paths.cache_dir={cache}", f"paths.data_dir={root / 'data'}"]
+    args = [*with_defaults(INTERRUPTED, QUICK_REPORT), f"hydra.sweep.dir={root / 'sweep'}", f"paths.cache_dir={cache}",
+            f"paths.data_dir={root / 'data'}"]
     before = len(results(root / "sweep"))
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
-                               env={**os.environ, "PYTHONWARNINGS": "ignore"}, start_new_session=True,
-                               preexec_fn=default_sigint)
+    process = forkserver.Forked(forkserver.server(), "unlearnbench", args, root,
+                                {**os.environ, "PYTHONWARNINGS": "ignore"}, new_session=True, sigint_default=True)
     seen = ""
     if how == "ctrl-c":  # a terminal's Ctrl-C reaches the whole process group: the workers too
         deadline = time.time() + 300
@@ -221,7 +222,8 @@ def test_a_bad_worker_count_is_one_line(tmp_path, value):
     run = run_cli(["+method=finetune", *TINY, "hydra/launcher=local", f"hydra.launcher.workers={value}"], tmp_path)
     assert run.returncode != 0
     assert "Traceback" not in run.stderr
-    assert "hydra.launcher.workers must be a whole number of at least 1" in run.stderr.strip().splitlines()[-1]
+    assert "the 'workers' option of hydra.launcher must be a whole number of at least 1" in \
+        run.stderr.strip().splitlines()[-1]
     assert not list((tmp_path / "sweep").glob("*/result.json"))
 
 

@@ -144,6 +144,6 @@ def test_a_docs_folder_without_the_page_is_refused_before_anything_runs(name, pa
                                       str(tmp_path / "out")])
     with pytest.raises(SystemExit) as stop:
         module.main()
-    assert str(stop.value).startswith(f"the '--docs-dir' folder must hold {page} with one {module.BEGIN} … "
-                                      f"{module.END} block; got {tmp_path} (")
+    assert str(stop.value).startswith(f"the '--docs-dir' option of {name}.py must be a folder holding {page} with "
+                                      f"one {module.BEGIN} … {module.END} block; got {tmp_path} (")
     assert "\n" not in str(stop.value) and not (tmp_path / "out").exists()

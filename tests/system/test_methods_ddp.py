@@ -29,12 +29,13 @@ SMALL = [*TINY, "dataset.test_fraction=0.75", "strategy=ddp_spawn", "strategy.de
 def registered_image_methods() -> set[str]:
     """The image-classification methods of conf/method/ (read, not composed: composing all of them takes seconds)."""
     return {path.stem for path in (REPO / "conf" / "method").glob("*.yaml")
-            if locate(OmegaConf.load(path)["_target_"]).task == "image_classification"}
+            if locate(OmegaConf.load(path)["_target_"]).task == "image"}
 
 
-def test_every_image_method_completes_on_two_ranks(tmp_path):
-    """One job of every method (one M_o, one M_r): complete, no method failed, every accuracy a fraction."""
-    run = run_cli(SMALL, tmp_path, timeout=300)
+def test_every_image_method_completes_on_two_ranks(tmp_path, shared_cache):
+    """One job of every method (one M_o, one M_r, in the suite's cache: test_ranks.py's jobs need them too):
+    complete, no method failed, every accuracy a fraction."""
+    run = run_cli([*SMALL, f"paths.cache_dir={shared_cache}"], tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr[-4000:]
     (result,) = results(tmp_path / "sweep").values()
     assert result["status"] == "complete" and result["error"] is None

@@ -26,7 +26,8 @@ METHODS = {"rankfail": "faulty.FailingOnRank", "rankstuck": "faulty.FailingOnRan
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    """A user config folder with the rank-faulty methods, and one cache for every job of this file."""
+    """A user config folder with the rank-faulty methods (the jobs' models are in the suite's cache: the two-rank
+    TINY models of test_methods_ddp.py's job, whose setting this is)."""
     root = tmp_path_factory.mktemp("ranks")
     folder = root / "user_conf" / "method"
     folder.mkdir(parents=True)
@@ -35,13 +36,13 @@ def root(tmp_path_factory) -> Path:
     return root
 
 
-def two_ranks(root: Path, sweep: str, methods: str, *extra: str, timeout: int = 300):
+def two_ranks(root: Path, cache: Path, sweep: str, methods: str, *extra: str, timeout: int = 300):
     """One job of `methods` on two spawned ranks through the console script: (the run, its result, seconds)."""
     os.environ["PYTHONPATH"] = f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
     start = time.monotonic()
     try:
         run = run_cli([f"--config-dir={root / 'user_conf'}", *TWO_RANKS, f"methods=[{methods}]",
-                       f"paths.cache_dir={root / 'cache'}", *extra], root, sweep=sweep, timeout=timeout)
+                       f"paths.cache_dir={cache}", *extra], root, sweep=sweep, timeout=timeout)
     finally:
         os.environ["PYTHONPATH"] = os.environ["PYTHONPATH"].split(os.pathsep, 1)[1]
     (result,) = results(root / sweep).values()
@@ -54,22 +55,22 @@ def science(result: dict, method: str | None = None) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def without(root):
+def without(root, shared_cache):
     """The job of finetune and ssd alone (they run before and after the rank-faulty methods: the registry's
     order)."""
-    run, result, _ = two_ranks(root, "alone", "finetune,ssd")
+    run, result, _ = two_ranks(root, shared_cache, "alone", "finetune,ssd")
     assert run.returncode == 0, run.stderr[-3000:]
     return result
 
 
 @pytest.fixture(scope="module")
-def faulty(root):
+def faulty(root, shared_cache):
     """One job of finetune, three rank-faulty methods and ssd (the registry's order: finetune first, ssd last).
     rankfail fails on rank 1 while rank 0 returns at once: the ranks agree before evaluating. rankstuck fails on rank
     1 while rank 0 waits in an all-reduce that rank 1 never joins: the ranks leave the round, and start again without
     it. rankhang sleeps on rank 1: rank 0 waits for it at most strategy.timeout_s, and the ranks start again once
     more."""
-    return two_ranks(root, "faulty", "finetune,rankfail,rankstuck,rankhang,ssd", "strategy.timeout_s=8")
+    return two_ranks(root, shared_cache, "faulty", "finetune,rankfail,rankstuck,rankhang,ssd", "strategy.timeout_s=8")
 
 
 def test_the_job_with_failing_ranks_completes_and_fails_its_sweep(faulty):
@@ -98,8 +99,8 @@ def test_a_method_failing_on_rank_1_fails_once_with_its_message_and_the_others_s
     assert not list((root / "faulty").glob("*/.abandoned_round.json"))
 
 
-def test_a_killed_rank_fails_the_job_at_once_with_one_line(root):
-    run, result, seconds = two_ranks(root, "killed", "rankkill,finetune", "strategy.timeout_s=20")
+def test_a_killed_rank_fails_the_job_at_once_with_one_line(root, shared_cache):
+    run, result, seconds = two_ranks(root, shared_cache, "killed", "rankkill,finetune", "strategy.timeout_s=20")
     assert run.returncode == 1
     assert result["status"] == "failed"
     assert result["error"] == ("rank 1 was killed by SIGKILL (out of memory, or stopped from outside?); the job's "

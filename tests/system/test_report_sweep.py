@@ -357,7 +357,8 @@ def test_seed_sensitivity_preset_nests_distinct_unlearning_seeds():
     pairs = [(i, compose_config(["experiment=seed_sensitivity", "study.I=3", "study.J=3", f"seeds.train={i}",
                                  f"study.repeat={j}"]).seeds.unlearn) for i in range(3) for j in range(3)]
     assert len({u for _, u in pairs}) == 9
-    with pytest.raises(Exception, match=r"study\.repeat must lie in 0\.\.study\.J-1"):
+    with pytest.raises(Exception, match=r"study\.repeat. option of experiment=seed_sensitivity must be in "
+                                        r"0\.\.study\.J-1 = 0\.\.4"):
         OmegaConf.to_container(compose_config(["experiment=seed_sensitivity", "study.repeat=5"]), resolve=True)
     plain = compose_config([])
     assert plain.study is None and plain.seeds.unlearn == plain.seeds.train

@@ -129,8 +129,8 @@ def test_docs_mode_refuses_a_folder_without_the_pages_before_any_sweep(tmp_path)
     run = run_main(module, ["seed_study.py", "--docs", "--docs-dir", str(tmp_path / "docs"), "--out",
                             str(tmp_path / "study")], tmp_path)
     assert run.returncode == 1 and "\n" not in run.stderr
-    assert run.stderr.startswith(f"the '--docs-dir' folder must hold comparing.md with one {module.BOARD_BEGIN} … "
-                                 f"{module.BOARD_END} block; got {tmp_path / 'docs'} (")
+    assert run.stderr.startswith(f"the '--docs-dir' option of seed_study.py must be a folder holding comparing.md "
+                                 f"with one {module.BOARD_BEGIN} … {module.BOARD_END} block; got {tmp_path / 'docs'} (")
     assert not (tmp_path / "study").exists()
 
 
@@ -139,7 +139,7 @@ def test_docs_mode_refuses_a_study_whose_leaderboard_has_no_diagram():
     board = SimpleNamespace(config={"dataset": "digits"}, rows=[{"note": note}, {"note": note}, {"note": ""}])
     report = SimpleNamespace(figures=[Path("seed_study_digits_resnet18_full_class_3.png")],
                              study=SimpleNamespace(leaderboard=[board]))
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(UserError) as stop:
         study_script().leaderboard_block(report, "this machine")
     assert str(stop.value) == (f"--docs needs the leaderboard's critical-difference diagram, and the study drew none "
                                f"({note}): nothing in the docs was changed")
@@ -165,9 +165,9 @@ def test_methods_option_rejects_unknown_names_and_the_combination_with_plus_meth
     both = run_cli(["methods=[ssd]", "+method=ssd", *TINY], tmp_path)
     assert both.returncode != 0 and "not both" in both.stderr
     registered = [{"name": "finetune"}, {"name": "ssd"}, {"name": "lfssd"}]  # the task's methods, registry order
-    assert [m["name"] for m in chosen(registered, ["ssd", "finetune"], "image_classification")] == ["finetune", "ssd"]
-    assert chosen(registered, None, "image_classification") == registered
+    assert [m["name"] for m in chosen(registered, ["ssd", "finetune"], "image")] == ["finetune", "ssd"]
+    assert chosen(registered, None, "image") == registered
     for names, wrong in ((["ssd", "fedremove"], "fedremove"), ([], "(none given)")):
-        with pytest.raises(UserError, match=rf"methods: {re.escape(wrong)} is not a method of the image_classification "
+        with pytest.raises(UserError, match=rf"methods: {re.escape(wrong)} is not a method of the image "
                                             r"task; valid: finetune, ssd, lfssd"):
-            chosen(registered, names, "image_classification")
+            chosen(registered, names, "image")

@@ -13,11 +13,11 @@ from helpers import run_cli
 
 from unlearnbench.runtime.monitor import Cost
 from unlearnbench.runtime.seeding import streams
-from unlearnbench.tasks.text.data import fictitious
+from unlearnbench.tasks.text.data.records import fictitious
 from unlearnbench.tasks.text.methods.base import TextTask
-from unlearnbench.tasks.text.model import CausalLM
+from unlearnbench.tasks.text.model.causal_lm import CausalLM
+from unlearnbench.tasks.text.model.train import Items
 from unlearnbench.tasks.text.scenario import ForgetEntities
-from unlearnbench.tasks.text.train import Items
 
 # Every kind of unit a loss averages over (tokens: M_o's and M_r's fine-tuning, as grad_diff's and text_finetune's
 # losses; rows, with a frozen reference and per-example draws: idk_dpo; rows of hidden states: rmu; positions:

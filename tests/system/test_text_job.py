@@ -15,8 +15,8 @@ from helpers import REPO, plain_config, run_cli, run_example, user_environment
 from lightning_fabric import Fabric
 
 from unlearnbench.core.job import JobPlan, execute
-from unlearnbench.tasks.text import metrics
-from unlearnbench.tasks.text.evaluate import TEXT_COLUMNS
+from unlearnbench.tasks.text.evaluate import metrics
+from unlearnbench.tasks.text.evaluate.examples import TEXT_COLUMNS
 
 pytestmark = pytest.mark.processes
 

@@ -1,4 +1,4 @@
-"""MUSE's and WMDP's evaluators (text/muse_bench.py, text/wmdp_bench.py) against loops written here from
+"""MUSE's and WMDP's evaluators (text/benchmarks/muse.py, text/benchmarks/wmdp.py) against loops written here from
 OpenUnlearning's definitions, one example at a time and without the evaluators' batching: greedy decoding token by
 token, the KnowMem cut, Min-40% over each text's tokens, the AUC as a count of pairs, privleak, extraction strength,
 and lm-evaluation-harness's argmax over the letters."""
@@ -13,15 +13,15 @@ import torch
 from lightning_fabric import Fabric
 from rouge_score.rouge_scorer import RougeScorer
 
-from unlearnbench.tasks.text import multiple_choice
-from unlearnbench.tasks.text.data import train_tokenizer
-from unlearnbench.tasks.text.model import tiny_llama
-from unlearnbench.tasks.text.muse import KNOWMEM_STOPS, chunk_item, knowmem_prompt, pretraining_chunks
-from unlearnbench.tasks.text.muse_bench import MuseEvaluator
-from unlearnbench.tasks.text.muse_data import muse_fictitious
-from unlearnbench.tasks.text.train import Items, fine_tune
-from unlearnbench.tasks.text.wmdp_bench import WmdpEvaluator
-from unlearnbench.tasks.text.wmdp_data import wmdp_fictitious
+from unlearnbench.tasks.text.benchmarks.muse import KNOWMEM_STOPS, MuseEvaluator, knowmem_prompt
+from unlearnbench.tasks.text.benchmarks.wmdp import WmdpEvaluator
+from unlearnbench.tasks.text.data.muse import muse_fictitious
+from unlearnbench.tasks.text.data.wmdp import wmdp_fictitious
+from unlearnbench.tasks.text.evaluate import multiple_choice
+from unlearnbench.tasks.text.model.causal_lm import tiny_llama
+from unlearnbench.tasks.text.model.encoding import train_tokenizer
+from unlearnbench.tasks.text.model.pretraining import chunk_item, pretraining_chunks
+from unlearnbench.tasks.text.model.train import Items, fine_tune
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MAX_LENGTH = 64

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from helpers import compose_config, with_paths
+from hydra.errors import ConfigCompositionException
 from lightning_fabric import Fabric
 from omegaconf import OmegaConf
 
@@ -22,8 +23,8 @@ from unlearnbench.core.job import JobPlan, execute
 from unlearnbench.core.plan import plan_job
 from unlearnbench.core.result import document
 from unlearnbench.runtime.errors import UserError
-from unlearnbench.tasks.text.muse_data import MuseFiles, muse_fictitious
-from unlearnbench.tasks.text.wmdp_data import Wmdp, wmdp_fictitious
+from unlearnbench.tasks.text.data.muse import MuseFiles, muse_fictitious
+from unlearnbench.tasks.text.data.wmdp import Wmdp, wmdp_fictitious
 
 ARTICLES = [f"Article {i} tells how the mill of town {i} burned in year {1900 + i} and was built again." for i in
             range(12)]
@@ -69,7 +70,7 @@ def test_muses_folder_is_read_with_the_current_and_the_older_split_names(tmp_pat
     assert data.probes["knowmem_retain"] == asked
     assert [row["text"] for row in data.probes["privleak_retain"]] == ARTICLES[6:9]
     assert data.probes["verbmem"][0]["gt"] == "0 burned in year 1900 and was built again."
-    assert data.new_tokens == {}  # MUSE's generation lengths (muse_bench.NEW_TOKENS)
+    assert data.new_tokens == {}  # MUSE's generation lengths (benchmarks/muse.py NEW_TOKENS)
 
 
 def test_the_hub_cache_snapshot_is_read_offline(tmp_path, monkeypatch):
@@ -365,15 +366,20 @@ GRADNORM = ("evaluation.gradnorm=true", r"evaluation\.gradnorm' option of datase
 
 
 @pytest.mark.parametrize(("overrides", "dataset", "option"), [
-    (["experiment=wmdp", "+method=npo"], "wmdp_fictitious", SAMPLING), (["+method=finetune"], "digits", SAMPLING),
-    (["experiment=muse", "+method=npo"], "muse_fictitious", GRADNORM), (["+method=finetune"], "digits", GRADNORM),
-    (["+method=finetune"], "digits", REFERENCE)])
+    (["experiment=wmdp", "+method=npo"], "wmdp_fictitious", SAMPLING),
+    (["experiment=muse", "+method=npo"], "muse_fictitious", GRADNORM)])
 def test_an_evaluation_option_is_refused_where_no_bench_honours_it(tmp_path, overrides, dataset, option):
     setting, message = option
     with pytest.raises(UserError, match="^the '" + message.format(dataset)):
         plan_job(with_paths([*overrides, setting], tmp_path), tmp_path)
     assert plan_job(with_paths(["experiment=muse", "+method=npo", "evaluation.sampling.k=2"], tmp_path),
                     tmp_path).config["evaluation"]["sampling"]["k"] == 2
+
+
+@pytest.mark.parametrize("option", [SAMPLING[0], GRADNORM[0], REFERENCE[0]])
+def test_the_text_tasks_evaluation_options_are_no_options_of_another_task(option):
+    with pytest.raises(ConfigCompositionException, match=f"Could not override '{option.split('=')[0]}'"):
+        compose_config(["+method=finetune", option])
 
 
 @pytest.mark.parametrize("preset", ["experiment=tofu", "experiment=muse"])

@@ -9,8 +9,8 @@ import pytest
 from helpers import run_in_process
 
 from unlearnbench.report.compute.forget_quality import read_examples
-from unlearnbench.tasks.text import metrics
-from unlearnbench.tasks.text.catalogue import MUSE_CATALOGUE
+from unlearnbench.tasks.text.catalogue import CATALOGUE
+from unlearnbench.tasks.text.evaluate import metrics
 
 pytestmark = pytest.mark.slow  # eight whole jobs of the MUSE, WMDP and TOFU presets: make test runs them
 
@@ -54,7 +54,7 @@ def test_muses_privleak_texts_are_the_per_example_rows_the_report_scores(muse, t
     frame = muse["examples"]
     path = tmp_path / "examples.parquet"
     frame.to_parquet(path)
-    rows = read_examples(path, MUSE_CATALOGUE.per_example)
+    rows = read_examples(path, CATALOGUE.per_example)
     counts = rows.fillna({"method": "-"}).groupby(["role", "method", "split"]).size()
     assert set(counts.index) == {(role, method, split) for role, method in (("retrained", "-"), ("unlearned",
                                  "idk_dpo"), ("unlearned", "rmu")) for split in ("forget", "retain", "holdout")}

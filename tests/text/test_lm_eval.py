@@ -1,10 +1,10 @@
-"""unlearnbench's multiple-choice scoring (text/multiple_choice.py, text/wmdp_bench.py) against lm-evaluation-harness
-0.4.8 itself, the version OpenUnlearning pins: the same tiny Llama, saved to a folder with a BPE tokenizer that puts
-"<s>" first when asked for its special tokens, scored on WMDP-format and MMLU-format parquet files by lm-eval's
-`simple_evaluate` (its own `wmdp_cyber` and `mmlu_<subject>` task configs, included from the installed package, with
-only the data source replaced by the local files) and by unlearnbench's evaluator, with `add_bos_token` false (both
-tools' default) and true. Some prompts are longer than the model's positions, so lm-eval's cut from the left counts
-too. Nothing is downloaded."""
+"""unlearnbench's multiple-choice scoring (text/evaluate/multiple_choice.py, text/benchmarks/wmdp.py) against
+lm-evaluation-harness 0.4.8 itself, the version OpenUnlearning pins: the same tiny Llama, saved to a folder with a BPE
+tokenizer that puts "<s>" first when asked for its special tokens, scored on WMDP-format and MMLU-format parquet files
+by lm-eval's `simple_evaluate` (its own `wmdp_cyber` and `mmlu_<subject>` task configs, included from the installed
+package, with only the data source replaced by the local files) and by unlearnbench's evaluator, with `add_bos_token`
+false (both tools' default) and true. Some prompts are longer than the model's positions, so lm-eval's cut from the left
+counts too. Nothing is downloaded."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ import torch
 import yaml
 from lightning_fabric import Fabric
 
-from unlearnbench.tasks.text.multiple_choice import HARNESS_VERSION, LETTERS, SUBJECTS, context
-from unlearnbench.tasks.text.wmdp_bench import WmdpEvaluator
-from unlearnbench.tasks.text.wmdp_data import mmlu_questions
-from unlearnbench.tasks.text.wmdp_files import question_files, read_questions
+from unlearnbench.tasks.text.benchmarks.wmdp import WmdpEvaluator
+from unlearnbench.tasks.text.data.wmdp import mmlu_questions
+from unlearnbench.tasks.text.data.wmdp_files import question_files, read_questions
+from unlearnbench.tasks.text.evaluate.multiple_choice import HARNESS_VERSION, LETTERS, SUBJECTS, context
 
 WORDS = ("port", "protocol", "cipher", "stream", "block", "key", "nonce", "replay", "packet", "header", "socket",
          "kernel", "buffer", "overflow", "shell", "exploit", "cell", "protein", "virus", "enzyme", "membrane", "nerve",
@@ -247,7 +247,7 @@ def test_a_bos_changes_every_log_likelihood_on_both_sides_but_where_the_cut_drop
 def test_lm_evals_default_is_no_bos_as_unlearnbenchs_is(scored):
     from lm_eval.models.huggingface import HFLM
 
-    from unlearnbench.core.config import Evaluation
+    from unlearnbench.tasks.text.options import TextEvaluation
 
     assert inspect.signature(HFLM.__init__).parameters["add_bos_token"].default is False
-    assert Evaluation().add_bos_token is False
+    assert TextEvaluation().add_bos_token is False

@@ -1,7 +1,7 @@
-"""Multiple-choice accuracy as lm-evaluation-harness scores WMDP (text/multiple_choice.py) and WMDP's files
-(text/wmdp_files.py): the prompt against the task's template, the harness's split of a context and continuation, its
-BOS, empty context and cut from the left (lm-eval 0.4.8's HFLM), a hand-computed example, a re-implementation scoring
-one question and letter at a time, and the readers' messages. tests/text/test_lm_eval.py checks against lm-eval
+"""Multiple-choice accuracy as lm-evaluation-harness scores WMDP (text/evaluate/multiple_choice.py) and WMDP's files
+(text/data/wmdp_files.py): the prompt against the task's template, the harness's split of a context and continuation,
+its BOS, empty context and cut from the left (lm-eval 0.4.8's HFLM), a hand-computed example, a re-implementation
+scoring one question and letter at a time, and the readers' messages. tests/text/test_lm_eval.py checks against lm-eval
 itself."""
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from tokenizers import processors
 from torch import nn
 
 from unlearnbench.runtime.errors import UserError
-from unlearnbench.tasks.text.data import train_tokenizer
-from unlearnbench.tasks.text.model import tiny_llama
-from unlearnbench.tasks.text.multiple_choice import (
+from unlearnbench.tasks.text.data.wmdp_files import corpus_file, question_files, read_corpus, read_questions
+from unlearnbench.tasks.text.evaluate.multiple_choice import (
     DEFAULT_MAX_LENGTH,
     LETTERS,
     SUBJECTS,
@@ -33,7 +32,8 @@ from unlearnbench.tasks.text.multiple_choice import (
     predictions,
     split_encoding,
 )
-from unlearnbench.tasks.text.wmdp_files import corpus_file, question_files, read_corpus, read_questions
+from unlearnbench.tasks.text.model.causal_lm import tiny_llama
+from unlearnbench.tasks.text.model.encoding import train_tokenizer
 
 QUESTIONS = [{"question": "  Which port does SSH use?\n", "choices": ["22", "80", "443", "25"], "answer": 0},
              {"question": "Which cipher is a stream cipher?", "choices": ["AES", "RC4", "DES", "RSA"], "answer": 1},
@@ -45,7 +45,7 @@ def test_the_context_is_the_tasks_description_then_its_doc_to_text():
     assert context(QUESTIONS[0]["question"], QUESTIONS[0]["choices"], SUBJECTS["cyber"]) == (
         "The following are multiple choice questions (with answers) about cybersecurity.\n\n"
         "Which port does SSH use?\nA. 22\nB. 80\nC. 443\nD. 25\nAnswer:")
-    with pytest.raises(ValueError, match="needs 4 choices; got 3 instead"):
+    with pytest.raises(AssertionError, match="needs 4 choices; got 3"):  # the question files are checked first
         context("Q?", ["a", "b", "c"], "biology")
 
 
@@ -131,12 +131,12 @@ def test_an_empty_context_is_the_prefix_token_and_one_that_encodes_to_nothing_is
     plain, with_bos = (HarnessEncoder.of(tokenizer, None, add_bos_token=add) for add in (False, True))
     assert plain.pair("", "A") == ([bos], a)
     assert with_bos.pair("", "A") == ([bos], [bos, *a])  # the continuation encoded with its special tokens, as 0.4.8
-    with pytest.raises(ValueError, match="encodes to no token"):
+    with pytest.raises(UserError, match="encodes to no token"):
         plain.pair("  ", "A")  # the whitespace joins the continuation; nothing is left to condition on
     assert with_bos.pair("  ", "A")[0] == [bos]
     tokenizer.bos_token = None  # then the EOS stands for an empty context
     assert HarnessEncoder.of(tokenizer, None, add_bos_token=False).pair("", "A") == ([tokenizer.eos_token_id], a)
-    with pytest.raises(ValueError, match="has neither"):
+    with pytest.raises(UserError, match="has neither"):
         HarnessEncoder(tokenizer.encode).pair("", "A")
 
 
@@ -179,16 +179,17 @@ def test_questions_are_read_from_cais_wmdps_layout(tmp_path):
 
 
 @pytest.mark.parametrize(("row", "message"), [
-    ({"question": "Q?", "choices": ["a", "b", "c"], "answer": 0}, "'choices' must be 4 strings"),
-    ({"question": "Q?", "choices": ["a", "b", "c", "d"], "answer": 4}, "'answer' must be an index 0-3; got 4"),
-    ({"question": " ", "choices": ["a", "b", "c", "d"], "answer": 0}, "the question must be a non-empty string"),
-    ({"question": "Q?", "choices": None, "answer": 0}, "'choices' must be 4 strings; got None instead"),
+    ({"question": "Q?", "choices": ["a", "b", "c"], "answer": 0}, "'choices' field of .* must be 4 strings"),
+    ({"question": "Q?", "choices": ["a", "b", "c", "d"], "answer": 4}, "'answer' field .* must be an index 0-3; got 4"),
+    ({"question": " ", "choices": ["a", "b", "c", "d"], "answer": 0}, "'question' field .* must be a non-empty string"),
+    ({"question": "Q?", "choices": None, "answer": 0}, "'choices' field of .* must be 4 strings; got None instead"),
 ])
 def test_a_bad_row_is_one_line_naming_the_file_and_row(tmp_path, row, message):
     write_questions(tmp_path, "bio", [QUESTIONS[0], row])
     with pytest.raises(UserError, match=message) as error:
         read_questions(question_files(tmp_path, "bio"))
-    assert "test-00000-of-00001.parquet, row 1" in str(error.value) and "\n" not in str(error.value)
+    assert "of file " in str(error.value) and "test-00000-of-00001.parquet, row 1" in str(error.value)
+    assert "\n" not in str(error.value)
 
 
 def test_a_file_without_a_field_names_the_fields_a_row_has(tmp_path):

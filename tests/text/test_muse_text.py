@@ -1,21 +1,15 @@
-"""MUSE's text handling (text/muse.py) against re-implementations of OpenUnlearning's loops, and ROUGE-L F1
-(text/metrics.py) on hand-computed examples."""
+"""MUSE's text handling (text/model/pretraining.py, text/benchmarks/muse.py) against re-implementations of
+OpenUnlearning's loops, and ROUGE-L F1 (text/evaluate/metrics.py) on hand-computed examples."""
 
 from __future__ import annotations
 
 import pytest
 from tokenizers import processors
 
-from unlearnbench.tasks.text.data import IGNORE, train_tokenizer
-from unlearnbench.tasks.text.metrics import rouge_l_f1
-from unlearnbench.tasks.text.muse import (
-    KNOWMEM_STOPS,
-    chunk_item,
-    cut_at_stops,
-    decoded_stops,
-    knowmem_prompt,
-    pretraining_chunks,
-)
+from unlearnbench.tasks.text.benchmarks.muse import KNOWMEM_STOPS, cut_at_stops, decoded_stops, knowmem_prompt
+from unlearnbench.tasks.text.evaluate.metrics import rouge_l_f1
+from unlearnbench.tasks.text.model.encoding import IGNORE, train_tokenizer
+from unlearnbench.tasks.text.model.pretraining import chunk_item, pretraining_chunks
 
 TEXTS = ["Alma Verne founded the river guild in 1901 .", "The guild kept ledgers of every crossing .",
          "Its last ledger burned in 1950 ."]
@@ -126,5 +120,5 @@ def test_rouge_l_f1_by_hand():
     assert rouge_l_f1(["Cats sitting", "unrelated"], ["cat sits", "cat sits"]).tolist() == [1.0, 0.0]
     # precision 1 (both words of the generation), recall 2/4: F1 = 2·1·0.5 / 1.5
     assert rouge_l_f1(["guild ledger"], ["the guild ledger burned"]) == pytest.approx([2 / 3])
-    with pytest.raises(ValueError, match="2 generations for 1 references"):
+    with pytest.raises(AssertionError, match="2 generations for 1 references"):
         rouge_l_f1(["a", "b"], ["a"])

@@ -271,7 +271,8 @@ def test_bad_runs_give_one_line_each_and_the_others_go_on(tmp_path, capsys, monk
     assert len(lines) == 6, err  # five failed runs in the report's list, one run imported without FQ
     expected = {4: "forget indices differ from its retrained run's",
                 5: "holds none of TOFU_EVAL.json, MUSE_EVAL.json, LMEval_SUMMARY.json or LMEval_EVAL.json",
-                6: "is not a folder", 7: "'role' column must be one of original, retrained, unlearned; got 'teacher'",
+                6: "is not a folder",
+                7: "'role' column of the manifest must be one of original, retrained, unlearned; got 'teacher' instead",
                 8: "'seed_train' column must hold an integer; got 'x' instead",
                 9: "no readable retrained run with seed_train 5"}
     for number, words in expected.items():

@@ -182,12 +182,12 @@ def test_the_loop_left_null_keeps_each_methods_own_options():
 def test_the_unlearning_loop_is_no_part_of_a_trained_models_cache_key():
     """`train.unlearn` trains no cached model: M_o and M_r keep their keys (those of before the option existed),
     shared by jobs that unlearn differently; a fine-tuning option still moves them."""
-    from unlearnbench.core.config import TrainRecipe
+    from unlearnbench.tasks.text.options import TextTrain
 
     plain, looped = composed("tofu")["train"], composed("tofu", "train.unlearn.max_steps=80")["train"]
-    assert TrainRecipe.identity(plain) == TrainRecipe.identity(looped)
-    assert set(TrainRecipe.identity(plain)) == set(plain) - {"unlearn"}
-    assert TrainRecipe.identity(composed("tofu", "train.epochs=3")["train"]) != TrainRecipe.identity(plain)
+    assert TextTrain.identity(plain) == TextTrain.identity(looped)
+    assert set(TextTrain.identity(plain)) == set(plain) - {"unlearn"}
+    assert TextTrain.identity(composed("tofu", "train.epochs=3")["train"]) != TextTrain.identity(plain)
 
 
 GPU_SECTIONS = {"text.md": "## On a GPU", "text-benchmarks.md": "## On a GPU"}

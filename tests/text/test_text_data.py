@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from unlearnbench.tasks.text.data import IGNORE, Template, collate, encode, fictitious, train_tokenizer
+from unlearnbench.runtime.errors import UserError
+from unlearnbench.tasks.text.data.records import fictitious
+from unlearnbench.tasks.text.model.encoding import IGNORE, Template, collate, encode, train_tokenizer
 
 TEMPLATE = Template()
 
@@ -47,9 +49,9 @@ def test_a_forget_set_is_whole_entities_and_the_rest_is_the_retain_set(data):
     assert {r["entity"] for r in forget} == set(chosen) and len(forget) == 20
     assert not {r["entity"] for r in retain} & set(chosen)
     assert sorted(map(str, forget + retain)) == sorted(map(str, data.full))
-    with pytest.raises(ValueError, match=r"unknown forget entities \['Nobody'\]"):
+    with pytest.raises(AssertionError, match=r"unknown forget entities \['Nobody'\]"):  # no input reaches it
         data.split(["Nobody"])
-    with pytest.raises(ValueError, match="entities ≥ 2"):
+    with pytest.raises(AssertionError, match="entities ≥ 2"):  # `Fictitious` refuses them first
         fictitious(entities=1)
 
 
@@ -68,9 +70,10 @@ def test_labels_mask_the_prompt_and_keep_the_answer_and_its_end_by_hand():
 
 def test_a_prompt_that_is_no_token_prefix_is_refused():
     tokenizer = train_tokenizer(["Who is Ann?", "Answer yes"], ["Question: ", "\n"])
-    with pytest.raises(ValueError, match="does not tokenize as a prefix"):
+    with pytest.raises(UserError, match="does not tokenize as a prefix"):
         encode(tokenizer, Template(assistant_start="Ans"), "Who is Ann?", "wer yes")
-    with pytest.raises(ValueError, match="above max_length=5"):
+    with pytest.raises(UserError, match=r"^the 'max_length' option of model must be at least 11, the tokens of the "
+                       r"record 'Who is Ann\?'; got 5 instead$"):
         encode(tokenizer, TEMPLATE, "Who is Ann?", "yes", max_length=5)
 
 
@@ -105,7 +108,7 @@ def test_the_built_in_data_says_built_in_where_files_would_be_named_and_its_iden
 
     from unlearnbench.core.outcome import Outcome
     from unlearnbench.core.plan import JobPlan
-    from unlearnbench.tasks.text.job import TextBench
+    from unlearnbench.tasks.text.bench import TextBench
 
     data = fictitious(entities=4, holdout_entities=1, general=2)
     assert data.files == dict.fromkeys(("full", "holdout", "real_authors", "world_facts"), "built-in")

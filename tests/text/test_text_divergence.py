@@ -1,6 +1,6 @@
-"""A text run whose loss or gradient norm turns non-finite (text/train.py `step`): the step is not taken; a method's
-divergence is that method's failure, recorded with its cost, and the job goes on; M_o's or M_r's divergence fails
-the job in one line naming `train.lr`, with nothing in the cache; a relearning copy that diverges is recorded as
+"""A text run whose loss or gradient norm turns non-finite (text/model/train.py `step`): the step is not taken; a
+method's divergence is that method's failure, recorded with its cost, and the job goes on; M_o's or M_r's divergence
+fails the job in one line naming `train.lr`, with nothing in the cache; a relearning copy that diverges is recorded as
 diverged. Never torch's own message about clipping a non-finite norm."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tiny import tiny_setting
 from unlearnbench.core.job import JobPlan, execute
 from unlearnbench.core.relearn import Measurement, relearn
 from unlearnbench.runtime.train import NonFiniteStep
-from unlearnbench.tasks.text.train import adamw, step
+from unlearnbench.tasks.text.model.train import adamw, step
 
 COST = ("time_s", "memory_gib", "utilisation_pct")  # a cost record per metric, in this order
 TEXT = ["experiment=tofu", "runtime.threads=1", "runtime.print_table=false"]

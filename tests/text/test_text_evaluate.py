@@ -9,9 +9,10 @@ import torch
 from lightning_fabric import Fabric
 
 from unlearnbench.runtime.errors import UserError
-from unlearnbench.tasks.text.data import IGNORE, encode_chat, fictitious
-from unlearnbench.tasks.text.evaluate import TextEvaluator, model_scores
-from unlearnbench.tasks.text.model import CausalLM, tiny_llama
+from unlearnbench.tasks.text.benchmarks.tofu import TextEvaluator, model_scores
+from unlearnbench.tasks.text.data.records import fictitious
+from unlearnbench.tasks.text.model.causal_lm import CausalLM, tiny_llama
+from unlearnbench.tasks.text.model.encoding import IGNORE, encode_chat
 from unlearnbench.tasks.text.scenario import ForgetEntities
 
 CHAT = ("{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} </s> {% endfor %}"
@@ -98,14 +99,15 @@ def test_a_record_longer_than_the_model_takes_is_one_line(data):
     lm = CausalLM(hidden=16, heads=2, max_length=12)
     tokenizer = lm.tokenizer(data.texts())
     splits = ForgetEntities(split="forget10").split(data, torch.Generator())
-    with pytest.raises(UserError, match=r"tokens long, above max_length=12"):
+    with pytest.raises(UserError, match=r"'max_length' option of model must be at least \d+, the tokens of the "
+                       r"record .*; got 12 instead"):
         TextEvaluator(Fabric(accelerator="cpu", devices=1), lm.encoder(tokenizer), splits, 4, 4)
 
 
 def test_generation_stops_at_every_end_id_of_the_models_generation_config(data, lm):
     """Llama 3.x Instruct ends a turn with any of three ids: a generation stops at the first of the model's
     `generation_config.eos_token_id` (one or a list) or the tokenizer's eos, and is cut there."""
-    from unlearnbench.tasks.text.evaluate import end_ids, generate
+    from unlearnbench.tasks.text.evaluate.generation import end_ids, generate
 
     tokenizer = lm.tokenizer(data.texts())
     model = tiny_llama(len(tokenizer), 5, hidden=16, heads=2, pad_token_id=tokenizer.pad_token_id,
@@ -143,7 +145,7 @@ def test_the_true_side_of_the_truth_ratio_is_the_answer_on_the_general_sets_what
 def test_the_reference_attack_scores_each_answer_by_its_loss_minus_the_retrained_models(data, lm):
     """OpenUnlearning's `mia_reference` with this job's M_r as the reference: s = L̄_model − L̄_ref per example,
     the AUC of forget (members) against holdout, higher scores for non-members; per example in examples.parquet."""
-    from unlearnbench.tasks.text.evaluate import TextExamples
+    from unlearnbench.tasks.text.evaluate.examples import TextExamples
 
     tokenizer = lm.tokenizer(data.texts())
     splits = ForgetEntities(split="forget10").split(data, torch.Generator())
@@ -167,7 +169,7 @@ def test_the_gradnorm_attack_is_the_mean_of_each_parameter_tensors_gradient_norm
     """OpenUnlearning's `mia_gradnorm` (p = 2, batch 1), written out: per example, the mean answer NLL without the
     last label, one backward pass, the mean over parameter tensors of ‖grad‖₂; frozen parameters count too, and
     their flags come back."""
-    from unlearnbench.tasks.text.evaluate import gradient_norms
+    from unlearnbench.tasks.text.benchmarks.tofu import gradient_norms
 
     tokenizer = lm.tokenizer(data.texts())
     splits = ForgetEntities(split="forget10").split(data, torch.Generator())

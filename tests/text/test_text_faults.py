@@ -40,13 +40,13 @@ def test_a_string_where_a_count_is_expected(tmp_path):
 
 
 @pytest.mark.parametrize(("target", "options", "problem"), [
-    ("unlearnbench.tasks.text.data.Fictitious", {"entities": True},
+    ("unlearnbench.tasks.text.data.records.Fictitious", {"entities": True},
      "dataset.entities=True is not valid; valid: an integer"),
-    ("unlearnbench.tasks.text.data.Fictitious", {"entities": 4.0},
+    ("unlearnbench.tasks.text.data.records.Fictitious", {"entities": 4.0},
      "dataset.entities=4.0 is not valid; valid: an integer"),
     ("unlearnbench.tasks.text.scenario.ForgetEntities", {"fraction": "half"},
      "dataset.fraction='half' is not valid; valid: a number or null"),
-    ("unlearnbench.tasks.text.model.CausalLM", {"chat_template": "yes"},
+    ("unlearnbench.tasks.text.model.causal_lm.CausalLM", {"chat_template": "yes"},
      "dataset.chat_template='yes' is not valid; valid: true or false"),
     ("unlearnbench.tasks.image.data.digits.Digits", {"mean": [0.5, "x"]},
      "dataset.mean=[0.5, 'x'] is not valid; valid: a list of numbers"),
@@ -60,7 +60,7 @@ def test_a_value_of_the_wrong_type_is_named_with_what_is_valid(target, options, 
 @pytest.mark.parametrize(("target", "options"), [
     # an int where a float is asked
     ("unlearnbench.tasks.text.scenario.ForgetEntities", {"fraction": 1, "split": None}),
-    ("unlearnbench.tasks.text.model.CausalLM", {"lora": {"enabled": True}, "pretrained": None}),
+    ("unlearnbench.tasks.text.model.causal_lm.CausalLM", {"lora": {"enabled": True}, "pretrained": None}),
     ("unlearnbench.tasks.image.data.digits.Digits", {"mean": [0, 1], "targets": None}),
     # by dataset (methods' setting)
     ("unlearnbench.tasks.image.methods.scrub.Scrub", {"epochs": {"default": 3, "digits": 10},

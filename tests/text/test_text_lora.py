@@ -11,8 +11,8 @@ from safetensors.torch import load_file
 
 from unlearnbench.core.job import JobPlan, execute
 from unlearnbench.runtime.errors import UserError
-from unlearnbench.tasks.text.job import TextBench
-from unlearnbench.tasks.text.model import CausalLM
+from unlearnbench.tasks.text.bench import TextBench
+from unlearnbench.tasks.text.model.causal_lm import CausalLM
 
 LORA = ["experiment=tofu", "model.lora.enabled=true", "train.epochs=2", "dataset.entities=6", "dataset.general=4"]
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from unlearnbench.tasks.text import losses
-from unlearnbench.tasks.text.data import IGNORE
+from unlearnbench.tasks.text.model import losses
+from unlearnbench.tasks.text.model.encoding import IGNORE
 
 B, T, V = 3, 6, 7
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from unlearnbench.tasks.text import losses
-from unlearnbench.tasks.text.data import IGNORE
+from unlearnbench.tasks.text.model import losses
+from unlearnbench.tasks.text.model.encoding import IGNORE
 
 
 def batch():

@@ -1,6 +1,6 @@
 """Each text method's step loss, as its YAML configures it, on a fixed forget and retain batch, against γ·L_forget +
 α·L_retain written here from the formulas of OpenUnlearning's trainers (plain torch over whole distributions, no
-call into unlearnbench.tasks.text.losses): the wiring of terms, signs, coefficients and reference model."""
+call into unlearnbench.tasks.text.model.losses): the wiring of terms, signs, coefficients and reference model."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from unlearnbench.core.components import build
 from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.monitor import Cost
 from unlearnbench.runtime.seeding import streams
-from unlearnbench.tasks.text.data import IGNORE
 from unlearnbench.tasks.text.methods.base import TextTask
+from unlearnbench.tasks.text.model.encoding import IGNORE
 
 TEXT_METHODS = ["grad_ascent", "grad_diff", "npo", "simnpo", "idk_dpo", "rmu", "undial", "wga", "satimp", "ceu", "pdu",
                 "altpo"]
@@ -135,12 +135,12 @@ def test_each_methods_step_loss_is_its_formula(setting, name, monkeypatch):
     if name == "idk_dpo":  # one "I don't know" answer, so that the draw does not matter
         monkeypatch.setattr("unlearnbench.tasks.text.methods.idk_dpo.IDK_ANSWERS", ("I don't know.",))
         chosen.prepare(model, reference, task)
-        from unlearnbench.tasks.text.data import collate
+        from unlearnbench.tasks.text.model.encoding import collate
         extra = collate([encoder.item(splits.forget[row]["question"], "I don't know.")
                          for row in forget["row"].tolist()], encoder.pad_id)
     elif name == "altpo":  # the alternate each forget example draws (`draw` mod the number of its alternates)
         chosen.prepare(model, reference, task)
-        from unlearnbench.tasks.text.data import collate
+        from unlearnbench.tasks.text.model.encoding import collate
         extra = collate([encoder.item(splits.forget[row]["question"], chosen.alternates[row][draw % 5])
                          for row, draw in zip(forget["row"].tolist(), forget["draw"].tolist(), strict=True)],
                         encoder.pad_id)
@@ -207,11 +207,11 @@ def test_every_text_method_is_one_of_the_task_and_refuses_an_image_dataset():
     config = compose_config(["experiment=tofu", "+method=ssd"])
     from unlearnbench.core.job import plan_job
 
-    with pytest.raises(UserError, match="method ssd serves the image_classification task, but dataset fictitious "
-                                        "is a text dataset"):
+    with pytest.raises(UserError, match="method ssd serves the image task, but dataset fictitious "
+                                        "is of the text task"):
         plan_job(config, None)
-    with pytest.raises(UserError, match="method npo serves the text task, but dataset digits is a "
-                                        "image_classification dataset"):
+    with pytest.raises(UserError, match="method npo serves the text task, but dataset digits is of "
+                                        "the image task"):
         plan_job(compose_config(["+method=npo"]), None)
 
 
@@ -277,7 +277,7 @@ def test_an_accumulated_step_follows_the_mean_of_its_micro_batches_losses(monkey
     from lightning_fabric import Fabric
 
     from unlearnbench.runtime.train import NonFiniteStep
-    from unlearnbench.tasks.text.train import accumulated_step
+    from unlearnbench.tasks.text.model.train import accumulated_step
 
     fabric = Fabric(accelerator="cpu", devices=1)
     weight = torch.nn.Parameter(torch.tensor([0.1, -0.2]))
@@ -295,7 +295,7 @@ def test_an_accumulated_step_follows_the_mean_of_its_micro_batches_losses(monkey
         accumulated_step(fabric, model, optimizer, schedule,
                          [lambda: (weight * 0).sum(), lambda: weight.sum() * torch.nan])
     assert torch.equal(weight.detach(), before)
-    monkeypatch.setattr("unlearnbench.tasks.text.train.engine_clips", lambda fabric: True)
+    monkeypatch.setattr("unlearnbench.tasks.text.model.train.engine_clips", lambda fabric: True)
     with pytest.raises(UserError, match=r"gradient accumulation \(2 micro-batches a step\) does not run under "
                                         r"DeepSpeed .*; set train.unlearn.accumulation=1"):
         accumulated_step(fabric, model, optimizer, schedule, [lambda: weight.sum(), lambda: weight.sum()])
@@ -306,7 +306,7 @@ def test_the_unlearning_schedules_linear_as_before_and_constant():
     keeps the full rate after its warm-up (none: the HF Trainer's `constant`); a `max_steps` run decays to 0 at its
     last step."""
     from unlearnbench.runtime.train import recipe_schedule
-    from unlearnbench.tasks.text.train import learning_rate_schedule
+    from unlearnbench.tasks.text.model.train import learning_rate_schedule
 
     def factors(schedule, steps):
         return [schedule.lr_lambdas[0](step) for step in range(steps)]
@@ -360,7 +360,7 @@ def test_rmu_steers_the_references_layer_7_of_a_large_model_and_the_middle_of_a_
     (L − 1) // 2 = 15; the middle of a model of 7 layers or fewer (the CPU model's layer 0, as before). With
     `trainable: wmdp`, only layers 5, 6 and 7's MLP down-projections train (WMDP's `--layer_ids 5,6,7`)."""
     from unlearnbench.tasks.text.methods.rmu import decoder_layers, steered_layer
-    from unlearnbench.tasks.text.model import tiny_llama
+    from unlearnbench.tasks.text.model.causal_lm import tiny_llama
 
     assert [steered_layer(None, count) for count in (1, 2, 7, 8, 16, 32)] == [0, 0, 3, 7, 7, 7]
     assert steered_layer(3, 32) == 3
@@ -392,9 +392,9 @@ def test_altpos_default_asks_m_o_for_a_rewrite_as_openunlearnings_generate_py(se
     """`variant: openunlearning` continues the reference's rewrite request (question, true answer, its instruction,
     the reply begun with "Alternate Answer :") in the model's tags, and cuts each sample at generate.yaml's stop
     strings; `own_samples` continues the question's own prompt."""
-    from unlearnbench.tasks.text.data import Template
     from unlearnbench.tasks.text.methods.altpo import cut, rewrite_prompt
-    from unlearnbench.tasks.text.model import Encoder
+    from unlearnbench.tasks.text.model.causal_lm import Encoder
+    from unlearnbench.tasks.text.model.encoding import Template
 
     encoder = Encoder(CharTokenizer(), Template("Question: ", "\n", "Answer: "), 512)
     text = "".join(map(chr, rewrite_prompt(encoder, "Who wrote it?", "Ann Lee.")))

@@ -1,4 +1,4 @@
-"""unlearnbench.tasks.text.metrics against independent loops written here, against scipy, and against TOFU's
+"""unlearnbench.tasks.text.evaluate.metrics against independent loops written here, against scipy, and against TOFU's
 own aggregation on its published evaluation logs (tests/data/tofu_eval_logs.json: a copy of the per-example numbers
 that locuslab/tofu's aggregate_eval_stat.py reads, for Llama-2-7b fine-tuned on full and on retain90)."""
 
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from scipy.stats import hmean, ks_2samp
 
-from unlearnbench.tasks.text import metrics
+from unlearnbench.runtime.errors import UserError
+from unlearnbench.tasks.text.evaluate import metrics
 
 LOGS = json.loads((Path(__file__).parent.parent / "data" / "tofu_eval_logs.json").read_text())["models"]
 SPLITS = ("eval_log.json", "eval_real_author_wo_options.json", "eval_real_world_wo_options.json")
@@ -127,7 +128,7 @@ def test_rouge_l_recall_is_the_lcs_of_stemmed_words_over_the_reference():
     recall = metrics.rouge_l_recall(["the cat on mat", "Two cats.", "", "mat the on"],
                                     ["the cat sat on the mat", "two cat", "a b", "the cat sat on the mat"])
     assert recall.tolist() == pytest.approx([4 / 6, 1.0, 0.0, 2 / 6])
-    with pytest.raises(ValueError, match="2 generations for 1 references"):
+    with pytest.raises(AssertionError, match="2 generations for 1 references"):
         metrics.rouge_l_recall(["a", "b"], ["a"])
 
 
@@ -154,12 +155,12 @@ def test_exact_memorization_and_extraction_strength_by_hand(predictions, labels,
     assert metrics.extraction_strength(predictions, labels) == pytest.approx(es)
 
 
-def test_wrong_shapes_are_one_clear_error():
-    with pytest.raises(ValueError, match=r"loss_perturbed must have 2 dimension\(s\)"):
+def test_wrong_shapes_are_an_internal_error_and_bad_utility_values_a_refusal():
+    with pytest.raises(AssertionError, match=r"loss_perturbed must have 2 dimension\(s\)"):
         metrics.truth_ratio([1.0, 2.0], [1.0, 2.0])
-    with pytest.raises(ValueError, match="loss_perturbed has 3 rows but loss_true has 2"):
+    with pytest.raises(AssertionError, match="loss_perturbed has 3 rows but loss_true has 2"):
         metrics.truth_ratio([1.0, 2.0], np.ones((3, 5)))
-    with pytest.raises(ValueError, match="finite values ≥ 0"):
+    with pytest.raises(UserError, match="finite values ≥ 0"):
         metrics.model_utility([0.5, -0.1])
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from unlearnbench.tasks.text.data import IGNORE, Template, collate, encode, fictitious, train_tokenizer
-from unlearnbench.tasks.text.model import answer_scores, tiny_llama
+from unlearnbench.tasks.text.data.records import fictitious
+from unlearnbench.tasks.text.model.causal_lm import answer_scores, tiny_llama
+from unlearnbench.tasks.text.model.encoding import IGNORE, Template, collate, encode, train_tokenizer
 
 
 @pytest.fixture(scope="module")

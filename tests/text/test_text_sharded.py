@@ -15,12 +15,12 @@ from lightning_fabric.wrappers import _FabricModule
 from torch import nn
 
 from unlearnbench.runtime.train import NonFiniteStep
-from unlearnbench.tasks.text.data import fictitious
-from unlearnbench.tasks.text.evaluate import TextEvaluator
-from unlearnbench.tasks.text.job import shards_weights
-from unlearnbench.tasks.text.model import CausalLM, tiny_llama
+from unlearnbench.tasks.text.bench import shards_weights
+from unlearnbench.tasks.text.benchmarks.tofu import TextEvaluator
+from unlearnbench.tasks.text.data.records import fictitious
+from unlearnbench.tasks.text.model.causal_lm import CausalLM, tiny_llama
+from unlearnbench.tasks.text.model.train import MAX_GRAD_NORM, adamw, step
 from unlearnbench.tasks.text.scenario import ForgetEntities
-from unlearnbench.tasks.text.train import MAX_GRAD_NORM, adamw, step
 
 
 class Gathering(nn.Module):

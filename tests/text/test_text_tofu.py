@@ -1,5 +1,5 @@
-"""TOFU read from local files: a folder of JSON lines or parquet, the hub cache's snapshot and the `datasets` cache,
-all fabricated here in the layouts that unlearnbench/tasks/text/tofu.py's docstring cites; and the one-line errors."""
+"""TOFU read from local files: a folder of JSON lines or parquet, the hub cache's snapshot and the `datasets` cache, all
+fabricated here in the layouts that unlearnbench/tasks/text/data/tofu.py's docstring cites; and the one-line errors."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from omegaconf import OmegaConf
 
 from unlearnbench.core.components import build
 from unlearnbench.runtime.errors import UserError
+from unlearnbench.tasks.text.data.tofu import Tofu
 from unlearnbench.tasks.text.scenario import ForgetEntities
-from unlearnbench.tasks.text.tofu import Tofu
 
 AUTHORS, PER_AUTHOR = 6, 20
 SAME_QUESTION = "Which genre does this author write?"  # asked of every author, as TOFU repeats some questions
@@ -333,9 +333,9 @@ def test_a_damaged_parquet_or_arrow_file_is_named(tmp_path):
 def test_the_config_composes_and_builds_a_reader(tmp_path, monkeypatch):
     cfg = compose_config(["dataset=tofu", "paths.data_dir=/data"])
     dataset = OmegaConf.to_container(cfg.dataset, resolve=True)
-    assert dataset == {"_target_": "unlearnbench.tasks.text.tofu.Tofu", "name": "tofu", "root": None,
+    assert dataset == {"_target_": "unlearnbench.tasks.text.data.tofu.Tofu", "name": "tofu", "root": None,
                        "local": "/data/tofu", "hf_cache": None}
-    assert (cfg.task.name, cfg.task.bench) == ("text", "unlearnbench.tasks.text.job.TextBench")
+    assert (cfg.task.name, cfg.task.bench) == ("text", "unlearnbench.tasks.text.bench.TextBench")
     monkeypatch.setenv("UNLEARNBENCH_TOFU_DIR", str(json_folder(tmp_path / "mine")))
     dataset = OmegaConf.to_container(compose_config(["dataset=tofu", "paths.data_dir=/data"]).dataset, resolve=True)
     assert dataset["root"] == str(tmp_path / "mine")

@@ -17,8 +17,8 @@ from unlearnbench.core.components import locate
 from unlearnbench.core.outcome import Outcome
 from unlearnbench.core.plan import JobPlan
 from unlearnbench.runtime.errors import UserError
-from unlearnbench.tasks.text import metrics
-from unlearnbench.tasks.text.muse_bench import MuseExamples, MuseOutputs
+from unlearnbench.tasks.text.benchmarks.muse import MuseExamples, MuseOutputs
+from unlearnbench.tasks.text.evaluate import metrics
 
 ONE_THREAD = ["runtime.threads=1", "runtime.print_table=false"]
 TEXT = ["dataset=fictitious", "model=causal_lm", "scenario=forget_entities", *ONE_THREAD]

@@ -14,9 +14,9 @@ forget set drawn (`split` gives None) and no retrained model (`retrained` gives 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from unlearnbench.core.method import Method
 from unlearnbench.core.relearn import Relearning
@@ -50,9 +50,9 @@ class Bench(ABC):
 
     targets: Sequence[str]  # the scenario's targets (classes, fractions, forget sets of entities): a unit each
     methods: Sequence[Method]  # the job's methods, in the plan's order
-    samples_generations: bool = False  # whether `evaluation.sampling` (Leak@k's sampled generations) applies
-    attacks_gradients: bool = False  # whether `evaluation.gradnorm` (the GradNorm attack) applies
-    reproduces_openunlearning: bool = False  # whether `evaluation.reference_numerics` applies
+    # Options of its task that this bench does nothing with: option path → why, the one line a job that sets one
+    # is refused with before any work (a benchmark of the text task that generates no text ignores Leak@k's).
+    ignores: ClassVar[Mapping[str, str]] = {}
 
     @abstractmethod
     def original(self) -> Any:

@@ -10,7 +10,9 @@ starts (`components.build`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import importlib
 import math
 import re
 import typing
@@ -21,7 +23,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import II, MISSING, DictConfig, ListConfig, OmegaConf
 
-from unlearnbench.runtime.errors import UserError
+from unlearnbench.runtime.errors import UserError, invalid
 
 
 @dataclass(frozen=True)
@@ -87,33 +89,6 @@ class Seeds:
 class Paths:
     data_dir: str = MISSING
     cache_dir: str = MISSING
-    vit_weights: str = MISSING  # model=vit's default `pretrained`: a directory or a hub id in the local HF cache
-
-
-@dataclass
-class Augment:
-    """Batch augmentation on the device: random crop with zero padding, horizontal flip, rotation (degrees)."""
-
-    crop_padding: int = ranged(4, AT_LEAST_0)
-    flip: bool = True
-    rotation: float = ranged(15.0, Range(0, 180))
-
-
-@dataclass
-class UnlearnLoop:
-    """The text task's unlearning loop for every forget–retain method of a job at once (docs/text.md, "Methods"):
-    each option set here replaces that option of every such method, null keeps the method's own. The reference
-    presets (`experiment=wmdp_reference`, …) set their experiment's trainer arguments here, as OpenUnlearning's
-    experiment configs set `trainer.args` for whichever trainer runs."""
-
-    epochs: int | None = ranged(None, AT_LEAST_1, optional=True)
-    max_steps: int | None = ranged(None, AT_LEAST_1, optional=True)  # optimiser steps; replaces epochs (HF's)
-    lr: float | None = ranged(None, POSITIVE, optional=True)
-    batch_size: int | None = ranged(None, AT_LEAST_1, optional=True)  # rows per optimiser step
-    accumulation: int | None = ranged(None, AT_LEAST_1, optional=True)  # micro-batches a step's batch is cut into
-    weight_decay: float | None = ranged(None, AT_LEAST_0, optional=True)
-    warmup_epochs: float | None = ranged(None, AT_LEAST_0, optional=True)
-    schedule: str | None = ranged(None, Range(choices=("linear", "constant")), optional=True)
 
 
 @dataclass
@@ -132,14 +107,12 @@ class TrainRecipe:
     # After the warm-up: ×gamma at milestones, or cosine annealing or a linear decay (the text task's, as the HF
     # Trainer's) to 0 over the remaining epochs.
     schedule: str = ranged("step", Range(choices=("step", "cosine", "linear")))
-    augment: Augment = field(default_factory=Augment)
-    unlearn: UnlearnLoop = field(default_factory=UnlearnLoop)  # the text task's unlearning loop, for every method
 
-    @staticmethod
-    def identity(train: Mapping[str, Any]) -> dict[str, Any]:
-        """What of `train` determines the models it trains, for the cache's keys: every option but the unlearning
-        loop, which trains no cached model (so M_o and M_r are shared by jobs that unlearn differently)."""
-        return {name: value for name, value in train.items() if name != "unlearn"}
+    @classmethod
+    def identity(cls, train: Mapping[str, Any]) -> dict[str, Any]:
+        """What of `train` determines the models it trains, for the cache's keys: every option, unless a task's
+        recipe (a subclass) holds options that train no cached model."""
+        return dict(train)
 
 
 @dataclass
@@ -156,38 +129,20 @@ class Relearn:
     lr: float | None = ranged(None, POSITIVE, optional=True)  # null: train.lr, the recipe's peak rate
     batch_size: int = ranged(32, Range(low=2))  # batch normalisation in training mode needs two samples
 
-
-@dataclass
-class Sampling:
-    """Leak@k (arXiv 2511.04934; docs/text.md): `n` sampled generations per forget prompt of the text task (n >= k;
-    null: k), every draw from the evaluation seed, at `temperature` with nucleus `top_p`, each labelled leaked where
-    its ROUGE-L recall reaches `threshold` (and, with `nli` a local NLI model's folder, where that model finds the
-    answer entailed); Leak@k estimates the chance that one of k draws leaks. `k` 0: off (greedy generations alone)."""
-
-    k: int = ranged(0, AT_LEAST_0)
-    n: int | None = ranged(None, AT_LEAST_1, optional=True)
-    temperature: float = ranged(1.0, POSITIVE)
-    top_p: float = ranged(1.0, Range(low=0, high=1, low_open=True))
-    threshold: float = ranged(0.1, Range(low=0, high=1))
-    nli: str | None = None
+    @staticmethod
+    def problems(node: DictConfig, path: str) -> list[str]:
+        """The one check across relearn options: the accuracy is taken after k steps, which the cap must allow."""
+        k, cap = node.get("k"), node.get("max_steps")
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in (k, cap)) and k > cap:
+            return [f"{path}k={k} is not valid; valid: <= {path}max_steps={cap}"]
+        return []
 
 
 @dataclass
 class Evaluation:
     batch_size: int | None = ranged(None, AT_LEAST_1, optional=True)  # null: by device, 64 on CPUs, 1024 on GPUs
-    mia_max_members: int = ranged(10000, AT_LEAST_1)  # the MIA attacker sees at most this many retain samples
-    mia_loss_folds: int = ranged(5, Range(low=2))  # cross-validation needs two folds at least
     examples: bool = True  # write examples.parquet (per-example outputs for the forgetting-quality scores)
-    examples_per_split: int = ranged(1000, AT_LEAST_0)  # of D_r and of D'_r (D_f is always whole)
     relearn: Relearn = field(default_factory=Relearn)  # relearn time, opt-in (`evaluation.relearn.enabled=true`)
-    sampling: Sampling = field(default_factory=Sampling)  # leak@k on the text task, opt-in (`evaluation.sampling.k`)
-    # the text task's GradNorm attack (a backward pass per forget and holdout example): null runs it wherever the
-    # benchmark has it and the strategy keeps each model whole; true insists (refused where it cannot run); false off
-    gradnorm: bool | None = None
-    reference_numerics: bool = False  # the text task's metrics with OpenUnlearning's exact numerics (its 1e-10 terms)
-    # multiple-choice scoring (WMDP, MMLU) puts the tokenizer's BOS before each context where true; false is
-    # lm-evaluation-harness 0.4.8's HF model (add_bos_token=False), the version OpenUnlearning pins
-    add_bos_token: bool = False
     # Metrics added to the task's own (`+metric=NAME`, conf/metric/): slot → a component of the job's task
     # (docs/extending.md, "A metric"); each declares its name, label and ideal beside its function.
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -212,11 +167,13 @@ class Runtime:
 
 @dataclass
 class Task:
-    """What kind of experiment the dataset poses, and the bench whose steps the job loop runs (core/bench.py)."""
+    """What kind of experiment the dataset poses, and the bench whose steps the job loop runs (core/bench.py): set
+    by each dataset's task (`conf/task/<task>.yaml`, which also brings the task's own options: `task_options`)."""
 
-    name: str = "image_classification"
-    bench: str = "unlearnbench.tasks.image.bench.Workbench"  # its `Bench`, a dotted path located by the job loop
-    catalogue: str = "unlearnbench.tasks.image.catalogue.CATALOGUE"  # its metrics' declarations (core/catalogue.py)
+    name: str = MISSING  # the task's id, its package's name (`unlearnbench/tasks/<name>/`)
+    bench: str = MISSING  # its `Bench`, a dotted path located by the job loop
+    catalogue: str = MISSING  # its metrics' declarations (core/catalogue.py), a dotted path
+    options: str | None = None  # the module that declares its own options (`task_options`), where it has any
 
 
 @dataclass
@@ -315,7 +272,7 @@ class Tune:
 
 @dataclass
 class Config:
-    task: Task = field(default_factory=Task)  # set by the datasets of other tasks (ranking: `experiment=foltr`)
+    task: Task = field(default_factory=Task)  # set by the dataset (conf/task/)
     dataset: Any = MISSING
     model: Any = MISSING
     scenario: Any = MISSING
@@ -335,6 +292,38 @@ class Config:
 
 ConfigStore.instance().store(name="unlearnbench_schema", node=Config)
 
+OPTION_GROUPS = {"train": TrainRecipe, "evaluation": Evaluation, "paths": Paths}  # what a task may extend
+TASK_OPTIONS: dict[str, dict[str, type]] = {}  # task → group → its schema there (`task_options`)
+
+
+def task_options(task: str, **groups: type) -> None:
+    """Declare a task's own options: for each group of `OPTION_GROUPS` it extends, a subclass of that group's schema
+    adding the task's fields (the text task's `train.unlearn`, the image task's `train.augment`). Its
+    `conf/task/<task>.yaml` merges them into the config (`- /task_options/<task>_<group>@<group>` in its defaults
+    list), which then types them as strictly as the core's own when Hydra composes a job: a job of another task has
+    no such option, and a misspelled one is refused. Called where the task's options module is imported, which
+    `unlearnbench.conf` does for every task package before Hydra composes."""
+    for group, schema in groups.items():
+        if group not in OPTION_GROUPS or not issubclass(schema, OPTION_GROUPS[group]):
+            valid = ", ".join(f"{name} (a subclass of {base.__name__})" for name, base in OPTION_GROUPS.items())
+            raise invalid(group, f"task {task}'s options", valid, schema.__name__)
+        ConfigStore.instance().store(group="task_options", name=f"{task}_{group}", node=schema)
+    TASK_OPTIONS[task] = dict(groups)
+
+
+@functools.cache
+def job_schema(task: str, module: str | None) -> type:
+    """The schema of a job of `task`: the core's `Config` with each group the task extends typed by the task's own
+    subclass, read from the module its `task.options` names (so that a config that lost its types on the way, a
+    plain copy, is still checked against the task's declaration)."""
+    if module is not None:
+        importlib.import_module(module)
+    extended = TASK_OPTIONS.get(task, {})
+    if not extended:
+        return Config
+    return dataclasses.make_dataclass(f"{task.title()}Config", [
+        (group, schema, field(default_factory=schema)) for group, schema in extended.items()], bases=(Config,))
+
 # Names that become parts of a job's folder name: no path separators, no leading dot.
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=,-]*")
 NAMED_GROUPS = ("dataset", "model", "scenario", "method", "strategy", "precision")
@@ -343,7 +332,12 @@ NAMED_GROUPS = ("dataset", "model", "scenario", "method", "strategy", "precision
 def validate(cfg: DictConfig) -> None:
     """Raise one `UserError` that lists every option outside its range and every unsafe component name, so that a
     sweep fails before any work (the Hydra callback calls this on the sweep's config, every job on its own)."""
-    problems = range_problems(cfg, Config, "") + relearn_problems(cfg) + sampling_problems(cfg)
+    if OmegaConf.is_missing(cfg.task, "name"):
+        raise UserError(f"dataset {OmegaConf.select(cfg, 'dataset.name', default='?')} names no task: a dataset "
+                        f"config selects its task in its defaults list (`defaults: [/task: image]`; the tasks: "
+                        f"conf/task/)")
+    task, module = (OmegaConf.select(cfg, f"task.{key}", default=None) for key in ("name", "options"))
+    problems = range_problems(cfg, job_schema(str(task), module), "")
     for group in NAMED_GROUPS:
         name = OmegaConf.select(cfg, f"{group}.name", default=None)
         if name is not None and not SAFE_NAME.fullmatch(str(name)):
@@ -365,10 +359,14 @@ def leaderboard_problems(names: Any) -> list[str]:
 
 
 def range_problems(node: Any, schema: type, prefix: str) -> list[str]:
-    """The fields of `node` (a config of dataclass `schema`) whose resolved value lies outside the field's range."""
+    """The fields of `node` (a config of dataclass `schema`, or of the subclass a task's options made it) whose
+    resolved value lies outside the field's range, and what a schema's own `problems(node, prefix)` finds across
+    its fields."""
     if not isinstance(node, DictConfig):
         return []
-    problems = []
+    typed = OmegaConf.get_type(node)
+    schema = typed if isinstance(typed, type) and issubclass(typed, schema) else schema
+    problems = schema.problems(node, prefix) if hasattr(schema, "problems") else []
     hints = typing.get_type_hints(schema)
     for spec in dataclasses.fields(schema):
         path = f"{prefix}{spec.name}"
@@ -381,24 +379,6 @@ def range_problems(node: Any, schema: type, prefix: str) -> list[str]:
         elif "range" in spec.metadata:
             problems += field_problems(path, node[spec.name], spec.metadata)
     return problems
-
-
-def relearn_problems(cfg: DictConfig) -> list[str]:
-    """The one check across relearn options: the accuracy is taken after k steps, which the cap must allow."""
-    k, cap = (OmegaConf.select(cfg, f"evaluation.relearn.{name}", default=None) for name in ("k", "max_steps"))
-    admitted = all(isinstance(v, int) and not isinstance(v, bool) for v in (k, cap))
-    if admitted and k > cap:
-        return [f"evaluation.relearn.k={k} is not valid; valid: <= evaluation.relearn.max_steps={cap}"]
-    return []
-
-
-def sampling_problems(cfg: DictConfig) -> list[str]:
-    """The one check across sampling options: Leak@k picks k of the n draws of a prompt, so n >= k."""
-    k, n = (OmegaConf.select(cfg, f"evaluation.sampling.{name}", default=None) for name in ("k", "n"))
-    admitted = all(isinstance(v, int) and not isinstance(v, bool) for v in (k, n))
-    if admitted and n < k:
-        return [f"evaluation.sampling.n={n} is not valid; valid: >= evaluation.sampling.k={k} (or null: k)"]
-    return []
 
 
 def field_problems(path: str, value: Any, metadata: dict) -> list[str]:
@@ -431,9 +411,9 @@ def _unlearn_seed(train: int, repeat: int, count: int) -> int:
     seed, unlearning index) pair gets its own unlearning seed."""
     train, repeat, count = int(train), int(repeat), int(count)
     if count < 1 or not 0 <= repeat < count:
-        raise ValueError(f"study.repeat must lie in 0..study.J-1 = 0..{count - 1}, got {repeat}")
+        raise invalid("study.repeat", "experiment=seed_sensitivity", f"in 0..study.J-1 = 0..{count - 1}", repeat)
     if train < 0:
-        raise ValueError(f"seeds.train must be >= 0 in the seed-sensitivity study, got {train}")
+        raise invalid("seeds.train", "experiment=seed_sensitivity", ">= 0", train)
     return train * count + repeat
 
 
@@ -443,7 +423,7 @@ def _design_cell(job: int, count_a: int, repeats: int, count_b: int) -> tuple[in
     job, count_a, repeats, count_b = int(job), int(count_a), int(repeats), int(count_b)
     total = design_jobs(count_a, repeats, count_b)
     if not 0 <= job < total:
-        raise ValueError(f"study.job must lie in 0..{total - 1} (designs A and B together), got {job}")
+        raise invalid("study.job", "experiment=forget_quality", f"in 0..{total - 1} (designs A and B together)", job)
     if job < count_a * repeats:
         return divmod(job, repeats)
     return count_a + job - count_a * repeats, 0

@@ -34,11 +34,22 @@ def registered_methods(cfg: DictConfig, task: str) -> list[dict]:
     loader = GlobalHydra.instance().config_loader()
     job = scratch_copy(cfg)
     methods = []
-    for name in loader.get_group_options("method"):
+    for name in loader.get_group_options("method", overrides=job_overrides()):
         method = method_config(job, loader, name)
         if target_of(OmegaConf.to_container(method), "method").task == task:
             methods.append(OmegaConf.to_container(method, resolve=True))
     return methods
+
+
+def job_overrides() -> list[str]:
+    """The job's overrides, Hydra's among them (`hydra.searchpath`: config folders added to the search path, whose
+    methods are the job's too); none outside a Hydra job."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    overrides = HydraConfig.get().overrides
+    return [*overrides.hydra, *overrides.task]
 
 
 def scratch_copy(cfg: DictConfig) -> DictConfig:
@@ -61,9 +72,8 @@ def method_config(job: DictConfig, loader, name: str) -> DictConfig:
     if found is not None and not found.defaults_list and found.header.get("package") in (None, "_group_", "method"):
         job.method = found.config
         return job.method
-    hydra_cfg = HydraConfig.get()
-    overrides = [*hydra_cfg.overrides.hydra, *hydra_cfg.overrides.task, f"+method={name}"]
-    return loader.load_configuration(hydra_cfg.job.config_name, overrides, RunMode.RUN).method
+    overrides = [*job_overrides(), f"+method={name}"]
+    return loader.load_configuration(HydraConfig.get().job.config_name, overrides, RunMode.RUN).method
 
 
 def chosen(methods: list[dict], names: list[str] | None, task: str) -> list[dict]:
@@ -86,7 +96,7 @@ def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
         served = target_of(OmegaConf.to_container(cfg.method), "method").task
         if served != task:
             raise UserError(f"method {cfg.method.name} serves the {served} task, but dataset {cfg.dataset.name} is "
-                            f"a {task} dataset")
+                            f"of the {task} task")
     config = OmegaConf.to_container(cfg, resolve=True)
     refuse_foreign_metrics(config["evaluation"]["metrics"], task, cfg.dataset.name)
     refuse_unhonoured(config, cfg.dataset.name)
@@ -99,26 +109,14 @@ def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
     return JobPlan(config, [m for m in methods if m["name"] not in unserved], str(folder), log=progress.job_log())
 
 
-BENCH_OPTIONS = {  # an evaluation option that only some benches honour: the attribute by which a bench says it does
-    "sampling.k": ("samples_generations", "its benchmark generates no text to sample (Leak@k is scored on "
-                                          "TOFU-format and MUSE data)"),
-    "gradnorm": ("attacks_gradients", "its benchmark runs no GradNorm attack (the text task's, on TOFU-format "
-                                      "data)"),
-    "reference_numerics": ("reproduces_openunlearning", "its task's metrics have no OpenUnlearning counterpart "
-                                                        "(the text task's do)"),
-}
-
-
 def refuse_unhonoured(config: dict, dataset: str) -> None:
-    """Refuse, before any work, an evaluation option set where the job's bench does nothing with it (`BENCH_OPTIONS`;
-    a bench declares what it honours)."""
-    for option, (honoured, why) in BENCH_OPTIONS.items():
-        value = config["evaluation"]
-        for key in option.split("."):
-            value = value[key]
-        if value and not getattr(locate(config["task"]["bench"]), honoured, False):
+    """Refuse, before any work, an option set where the job's bench does nothing with it (`Bench.ignores`: a bench
+    declares what of its task's options it ignores, and why)."""
+    for option, why in locate(config["task"]["bench"]).ignores.items():
+        value = OmegaConf.select(OmegaConf.create(config), option)
+        if value:
             off, shown = ("false", "true") if isinstance(value, bool) else ("0", value)
-            raise invalid(f"evaluation.{option}", f"dataset {dataset}", f"{off}: {why}", shown)
+            raise invalid(option, f"dataset {dataset}", f"{off}: {why}", shown)
 
 
 def refuse_foreign_metrics(metrics: dict, task: str, dataset: str) -> None:

@@ -141,7 +141,6 @@ class Relearning(ABC):
             return relearn(learner, start.loss, self.settings.max_steps, self.settings.k, start)
 
     def run(self, model: nn.Module) -> Relearnt:
-        if self.threshold is None:
-            raise RuntimeError("relearn time: the original model's run sets the threshold and must come first")
+        assert self.threshold is not None, "relearn time: the original model's run sets the threshold: it comes first"
         with self.seeded():
             return relearn(self.learner(model), self.threshold, self.settings.max_steps, self.settings.k)

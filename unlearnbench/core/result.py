@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from unlearnbench import __version__
 from unlearnbench.core.catalogue import Catalogue
-from unlearnbench.core.files import EXAMPLES, RESULT
+from unlearnbench.core.files import EXAMPLES, RESULT, SchemaError
+from unlearnbench.runtime.errors import EndSweep
 from unlearnbench.runtime.files import WriteError, remove_file, write_atomically
 
 if TYPE_CHECKING:
@@ -92,10 +93,6 @@ def json_safe(value):
 
 def write_json(path: Path, content: dict) -> None:
     write_atomically(path, json.dumps(json_safe(content), indent=1, allow_nan=False))
-
-
-class SchemaError(ValueError):
-    """Valid JSON that is not a result: the message names the field and what is wrong with it."""
 
 
 def read_result(where: Path) -> dict:
@@ -314,8 +311,7 @@ def publish(path: Path, result: dict, examples: Examples | None = None) -> None:
         write_json(path, result)
     except OSError as error:
         what = str(error) if isinstance(error, WriteError) else f"cannot write {path}: {error.strerror or error}"
-        raise SystemExit(f"unlearnbench: {what}; the sweep stops (finished jobs are kept: rerun the same command to "
-                         f"resume)") from None
+        raise EndSweep(f"{what}; the sweep stops (finished jobs are kept: rerun the same command to resume)") from None
 
 
 def recorded_catalogue(outcome: Outcome) -> dict:

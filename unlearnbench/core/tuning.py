@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unlearnbench.runtime.errors import UserError
+from unlearnbench.runtime.errors import UserError, invalid
 
 TUNING = "tuning.json"  # in the sweep folder: the trials and the held-out judgement, written by the sweeper
 TRIAL, TUNED, DEFAULT = "trial", "tuned", "default"  # a tuning job's `tune.stage` (its job field `tuning`)
@@ -76,26 +76,28 @@ def search_space(method: Mapping[str, Any], options: Sequence[str]) -> list[Dime
 
 
 def dimension(method: str, option: str, entry: Any, options: Sequence[str]) -> Dimension:
-    where = f"the 'tune.{option}' entry of method {method}"
+    def refused(valid: str, got: object) -> UserError:
+        return invalid(f"tune.{option}", f"method {method}", valid, got, kind="entry")
+
     if option not in options:
-        raise UserError(f"{where} must name one of its options ({', '.join(options)}); got {option!r} instead")
+        raise refused(f"named after one of its options ({', '.join(options)})", repr(option))
     entry = dict(entry) if isinstance(entry, Mapping) else entry
     if isinstance(entry, dict) and "choices" in entry:
         choices = entry["choices"]
         if set(entry) != {"choices"} or not isinstance(choices, Sequence) or isinstance(choices, str) \
                 or len(choices) < 2:
-            raise UserError(f"{where} must be {{choices: [two or more values]}}; got {entry!r} instead")
+            raise refused("{choices: [two or more values]}", repr(entry))
         return Dimension(option, choices=tuple(choices))
     if not isinstance(entry, dict):
-        raise UserError(f"{where} must be {{low, high[, log, int]}} or {{choices: [...]}}; got {entry!r} instead")
+        raise refused("{low, high[, log, int]} or {choices: [...]}", repr(entry))
     low, high, log, integer = entry.get("low"), entry.get("high"), entry.get("log", False), entry.get("int", False)
     numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high))
     valid = (not set(entry) - {"low", "high", "log", "int"} and numbers and low < high
              and isinstance(log, bool) and isinstance(integer, bool) and (not log or low > 0)
              and (not integer or (float(low).is_integer() and float(high).is_integer())))
     if not valid:
-        raise UserError(f"{where} must be {{low, high[, log: bool, int: bool]}} with low < high (low > 0 on a log "
-                        f"scale, whole bounds for an integer); got {entry!r} instead")
+        raise refused("{low, high[, log: bool, int: bool]} with low < high (low > 0 on a log scale, whole bounds "
+                      "for an integer)", repr(entry))
     return Dimension(option, float(low), float(high), log, integer)
 
 
@@ -232,8 +234,7 @@ class Settings:
 
 def distinct(name: str, seeds: list[int]) -> None:
     if not seeds or len(set(seeds)) != len(seeds):
-        raise UserError(f"the 'tune.{name}' option must list distinct training seeds, one at least; got {seeds} "
-                        f"instead")
+        raise invalid(f"tune.{name}", "experiment=tune", "a list of distinct training seeds, one at least", seeds)
 
 
 def replicate_sets(seed_sets: list[list[int]] | None, replicates: int, seeds: list[int],
@@ -246,11 +247,11 @@ def replicate_sets(seed_sets: list[list[int]] | None, replicates: int, seeds: li
         held_out_apart(heldout, seeds, "tune.seeds")
         return (tuple(seeds),) * replicates
     if not seed_sets or any(not group or len(set(group)) != len(group) for group in seed_sets):
-        raise UserError(f"the 'tune.seed_sets' option must list one or more sets, each of distinct training seeds, "
-                        f"one at least; got {seed_sets} instead")
+        raise invalid("tune.seed_sets", "experiment=tune", "one or more sets, each of distinct training seeds, one "
+                      "at least", seed_sets)
     if replicates not in (1, len(seed_sets)):
-        raise UserError(f"the 'tune.replicates' option must be 1 or the number of tune.seed_sets "
-                        f"({len(seed_sets)}); got {replicates} instead")
+        raise invalid("tune.replicates", "experiment=tune", f"1 or the number of tune.seed_sets ({len(seed_sets)})",
+                      replicates)
     every = [seed for group in seed_sets for seed in group]
     repeated = sorted({seed for seed in every if every.count(seed) > 1})
     if repeated:

@@ -118,7 +118,8 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
     recorded, or `compare` names fewer than two ranked methods, and `WriteError` (an `OSError`; its message:
     `cannot write <file>: <reason>`) when a report file cannot be written; no partial or temporary file is left
     behind."""
-    from unlearnbench.report.render.markdown import caveat_text, render
+    from unlearnbench.report.render.markdown import render
+    from unlearnbench.report.render.words import text, worded
 
     frame, jobs = without_trials(*load_results(folders))
     catalogue = catalogue_of(jobs)
@@ -149,8 +150,8 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
                         ("forget_quality_by_example", study.forgetting.by_example),
                         ("forget_quality_across_seeds", study.forgetting.across), ("curves", study.curves),
                         ("leaderboard", ranked), ("leaderboard_pairs", pairs)):
-        write(out / f"{name}.csv", lambda path, table=table: table.to_csv(path, index=False))
-    warnings = [*map(caveat_text, study.warnings), *read_warnings(jobs), *study.forgetting.left_out,
+        write(out / f"{name}.csv", lambda path, table=table: worded(table).to_csv(path, index=False))
+    warnings = [*map(text, study.warnings), *read_warnings(jobs), *map(text, study.forgetting.left_out),
                 *curve_warnings]
     mixed = mixed_numerics(jobs)
     if mixed:
@@ -174,15 +175,16 @@ def tuning_report(folders: list[Path], out: Path, figures: bool, warnings: list[
     """trials.csv, tuning.csv and figures/tuning.png of the tuning sweeps among `folders` (compute/tuning.py); its
     report.md section (none where no folder holds a tuning)."""
     from unlearnbench.report.render.tuning import draw, section
+    from unlearnbench.report.render.words import text, worded
 
     tunings, problems = read_tunings(folders)
-    warnings += problems
+    warnings += map(text, problems)
     if not tunings:
         return []
     trials, table = trial_rows(tunings), tuning_rows(tunings)
     replicates = replicate_rows(table)
     write(out / "trials.csv", lambda path: trials.to_csv(path, index=False))
-    write(out / "tuning.csv", lambda path: table.to_csv(path, index=False))
+    write(out / "tuning.csv", lambda path: worded(table).to_csv(path, index=False))
     write(out / "tuning_replicates.csv", lambda path: replicates.to_csv(path, index=False))
     figure = draw(trials, table, out / "figures" / "tuning.png") if figures else None
     return section(table, figure.relative_to(out).as_posix() if figure else None, replicates)

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from unlearnbench.report.build import build_report, failure_lines, method_failure_lines
 from unlearnbench.report.read.collect import failed_methods
 from unlearnbench.runtime import interrupt
-from unlearnbench.runtime.errors import UserError
+from unlearnbench.runtime.errors import EndSweep, UserError
 from unlearnbench.runtime.files import WriteError
 
 failed_jobs: list[dict] = []  # read by the console script after Hydra returns
@@ -102,7 +102,7 @@ def sweep_size(config: DictConfig) -> int | None:
 
 class ReportCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Check the sweep's options before any job starts: one line and exit code 2 for a value out of range."""
+        """Check the sweep's options before any job starts: one line and exit code 1 for a value out of range."""
         from omegaconf import OmegaConf
 
         from unlearnbench.core.components import build
@@ -114,7 +114,7 @@ class ReportCallback(Callback):
                 build(OmegaConf.to_container(config.method, resolve=True), "method")
             check_methods(config)
         except UserError as error:
-            raise SystemExit(f"unlearnbench: {error}") from None
+            raise EndSweep(error) from None
         from unlearnbench.runtime import progress
 
         progress.begin_sweep(sweep_size(config), live=bool(config.runtime.progress))

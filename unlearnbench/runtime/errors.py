@@ -20,6 +20,19 @@ class FileOnly:
 FILE_ONLY = {"file_only": True}
 
 
-def invalid(option: str, owner: str, valid: str, got: object) -> UserError:
-    """Bad input in scikit-learn's words: "the 'x' option of Y must be …; got … instead"."""
-    return UserError(f"the {option!r} option of {owner} must be {valid}; got {got} instead")
+def invalid(option: str, owner: str, valid: str, got: object, kind: str = "option") -> UserError:
+    """Bad input in scikit-learn's words: "the 'x' option of Y must be …; got … instead" (`kind`: what 'x' is, an
+    option, or an entry of a method's search space)."""
+    return UserError(f"the {option!r} {kind} of {owner} must be {valid}; got {got} instead")
+
+
+def bad_file(path: object, problem: str) -> UserError:
+    """Bad input where a file is at fault: "file F: …", the problem saying what is wrong and what is valid."""
+    return UserError(f"file {path}: {problem}")
+
+
+class EndSweep(BaseException):
+    """A refusal or a fault that ends the whole sweep, not one job: a sweep's option out of range, a result that
+    cannot be written. Raised from where Hydra catches every Exception (its callbacks, launchers and sweepers would
+    print a traceback; its job runner would record one failed job and go on), it is a BaseException, as
+    KeyboardInterrupt is, so that none of them stops it; `unlearnbench.cli` prints its message and exits 1."""

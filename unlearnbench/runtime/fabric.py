@@ -12,7 +12,7 @@ import torch
 from lightning_fabric import Fabric
 from lightning_fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
-from unlearnbench.runtime.errors import UserError
+from unlearnbench.runtime.errors import UserError, invalid
 
 
 def resolve_accelerator(accelerator: str) -> str:
@@ -92,8 +92,7 @@ def fabric_strategy(strategy):
         spawns = options.get("start_method") in methods  # not SLURM's or torchrun's ranks, nor re-run scripts
         if not spawns or start_method not in methods:
             where = f"one of {', '.join(methods)}" if spawns else "null: it spawns no ranks of its own"
-            raise UserError(f"the 'strategy.start_method' parameter of strategy {strategy.name} must be {where}; "
-                            f"got {start_method!r} instead")
+            raise invalid("strategy.start_method", f"strategy {strategy.name}", where, repr(start_method))
         options["start_method"] = start_method
     return entry["strategy"](**options, timeout=timedelta(seconds=strategy.timeout_s))
 

@@ -29,6 +29,7 @@ import pandas as pd
 
 from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.report.compute import stats
+from unlearnbench.report.compute.notes import Note
 
 CONFIG = ["dataset", "model", "scenario"]
 OPTIONAL_CONFIG = ["strategy", "precision", "devices", "tuning", "tuning_replicate"]  # columns of the groups only
@@ -38,15 +39,6 @@ ROW = ["target", "role", "method", "metric", "split"]
 SEEDS = ["seed_train", "seed_unlearn", "seed_eval"]
 COSTS = ["cost_original_s", "cost_retrained_s"]  # the job's training times (`collect.training_times`)
 ROLE_ORDER = {"original": 0, "retrained": 1, "unlearned": 2}
-
-
-@dataclass(frozen=True)
-class Caveat:
-    """A fact about the sweep's design that limits what its statistics can say: its `kind` and its numbers and
-    names. Data, not a sentence: `render/markdown.CAVEAT_TEXT` words each kind."""
-
-    kind: str
-    details: dict = field(default_factory=dict)
 
 
 NO_W2 = {"one_unlearning_seed", "one_training_seed", "no_w2"}  # the caveats that also say there is no W2
@@ -82,7 +74,7 @@ class Study:
     ranks_by_seed: pd.DataFrame = field(default_factory=pd.DataFrame)
     plans: pd.DataFrame = field(default_factory=pd.DataFrame)
     powers: pd.DataFrame = field(default_factory=pd.DataFrame)  # `seed_design.seed_powers`, filled by the build
-    warnings: list[Caveat] = field(default_factory=list)
+    warnings: list[Note] = field(default_factory=list)
     forgetting: Any = None  # the per-example tables (`forget_quality.ForgetQuality`), filled by the report's build
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)  # `curves.curve_table`, filled by the report's build
     leaderboard: list = field(default_factory=list)  # `leaderboard.Board` per configuration, filled by the build
@@ -105,9 +97,9 @@ class Study:
                 or any(board.significance for board in self.leaderboard))
 
 
-def prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[Caveat]]:
+def prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[Note]]:
     """(records of complete jobs with clean types and duplicates removed, configuration keys, caveats)."""
-    warnings: list[Caveat] = []
+    warnings: list[Note] = []
     if frame.empty or "seed_train" not in frame:
         return pd.DataFrame(columns=[*CONFIG, *ROW, "round", *SEEDS, "value", *COSTS]), list(CONFIG), warnings
     data = frame[frame["status"] == "complete"].copy() if "status" in frame else frame.copy()
@@ -131,7 +123,7 @@ def prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[Caveat]]
     duplicated = data.duplicated(subset=identity, keep="first")
     repeated = int((duplicated & (data["role"] == "unlearned")).sum())
     if repeated:  # the same design given twice? the first job in folder order is kept
-        warnings.append(Caveat("repeated", {"values": repeated}))
+        warnings.append(Note("repeated", {"values": repeated}))
     data = data[~duplicated]
     for column in COSTS:
         data[column] = pd.to_numeric(data[column], errors="coerce").astype(float) if column in data else np.nan
@@ -237,7 +229,6 @@ def variance_table(grid: Grid, keys: list[str], order_from: pd.DataFrame) -> pd.
     rows = []
     for ident, seeds in grid:
         components = stats.nested_variance([v for _, v in seeds]).as_dict()
-        components["warnings"] = "; ".join(components["warnings"])
         rows.append({**dict(zip([*keys, *ROW], ident, strict=True)), **components, "K": 1, "sigma_e2": math.nan,
                      "sigma_e2_low": math.nan, "sigma_e2_high": math.nan})
     if not rows:
@@ -352,25 +343,25 @@ def wasserstein_tables(grid: Grid, keys: list[str], order_from: pd.DataFrame,
     return wide, long
 
 
-def design_warnings(variance: pd.DataFrame, wasserstein: pd.DataFrame, values: pd.DataFrame) -> list[Caveat]:
+def design_warnings(variance: pd.DataFrame, wasserstein: pd.DataFrame, values: pd.DataFrame) -> list[Note]:
     """The study-wide caveats, each once: few training seeds, unbalanced grids, no W2 (and why)."""
     warnings = []
     unlearned = variance[variance["role"] == "unlearned"] if not variance.empty else variance
     if not unlearned.empty:
         few = unlearned[unlearned["I"] < stats.FEW_TRAINING_SEEDS]
         if len(few):
-            warnings.append(Caveat("few_training_seeds", {"below": stats.FEW_TRAINING_SEEDS,
-                                                          "seeds": sorted(set(few["I"].astype(int)))}))
+            warnings.append(Note("few_training_seeds", {"below": stats.FEW_TRAINING_SEEDS,
+                                                        "seeds": sorted(set(few["I"].astype(int)))}))
         unbalanced = unlearned[~unlearned["balanced"].astype(bool)]
         if len(unbalanced):
-            warnings.append(Caveat("unbalanced", {"rows": len(unbalanced),
-                                                  "methods": sorted(set(unbalanced["method"]))}))
+            warnings.append(Note("unbalanced", {"rows": len(unbalanced),
+                                                "methods": sorted(set(unbalanced["method"]))}))
         if (unlearned["J_max"] <= 1).all():
-            warnings.append(Caveat("one_unlearning_seed"))
+            warnings.append(Note("one_unlearning_seed"))
         elif (unlearned["I"] <= 1).all():
-            warnings.append(Caveat("one_training_seed"))
-    if not values.empty and wasserstein.empty and not any(w.kind in NO_W2 for w in warnings):
-        warnings.append(Caveat("no_w2"))
+            warnings.append(Note("one_training_seed"))
+    if not values.empty and wasserstein.empty and not any(w.code in NO_W2 for w in warnings):
+        warnings.append(Note("no_w2"))
     return warnings
 
 

@@ -41,6 +41,7 @@ from unlearnbench.core.result import SchemaError
 from unlearnbench.core.result import read_examples as examples_table
 from unlearnbench.report.compute import forgetting
 from unlearnbench.report.compute.analysis import sort_rows
+from unlearnbench.report.compute.notes import Note
 from unlearnbench.report.compute.seed_design import SIGNIFICANT, wilson
 from unlearnbench.report.read.catalogue import legacy_catalogue
 
@@ -56,8 +57,6 @@ EXAMPLE_COLUMNS = ["target", "method", "design", "seed_train", "index", "label",
 ACROSS_COLUMNS = ["target", "method", "designs_A", "n_models_A", "forget_quality_A_mean", "forget_quality_A_std",
                   "forget_quality_A_min", "forget_quality_A_max", "forget_quality_B", "n_models_B"]
 BEST_COLUMNS = ["target", "designs_A", "best_B", "best_A", "p_best_differs", "p_low", "p_high"]
-POINT_POOL = ("one M_u per original model: its unlearned pool is a point, which the competition scores at the ε cap "
-              "(ε = 50, no points); design B scores such a method")
 
 
 def per_example_of(job: dict) -> PerExample | None:
@@ -119,7 +118,7 @@ class ForgetQuality:
     by_example: pd.DataFrame  # forget_quality_by_example.csv
     across: pd.DataFrame  # forget_quality_across_seeds.csv: F of the A(i) against B's, per method
     best: pd.DataFrame  # how often A(i)'s best method by F is not B's
-    left_out: list[str] = field(default_factory=list)
+    left_out: list[Note] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -174,7 +173,7 @@ def targets_of(jobs: list[dict], examples: dict[str, pd.DataFrame], keys: list[s
     return groups
 
 
-def same_forget_set(group: tuple, jobs: list[Job]) -> tuple[list[Job], str | None]:
+def same_forget_set(group: tuple, jobs: list[Job]) -> tuple[list[Job], Note | None]:
     """(the jobs holding the group's most common D_f, a line naming the others), never mixing forget sets."""
     signatures = [forget_signature(job.rows) for job in jobs]
     counts = pd.Series(signatures).value_counts(sort=False)
@@ -183,10 +182,8 @@ def same_forget_set(group: tuple, jobs: list[Job]) -> tuple[list[Job], str | Non
     others = [Path(job.folder).name for job, sig in zip(jobs, signatures, strict=True) if sig != chosen]
     if not others:
         return kept, None
-    shown = ", ".join(others[:5]) + (f", … {len(others) - 5} more" if len(others) > 5 else "")
-    return kept, (f"{' · '.join(group[:-1])} — target {group[-1]}: {len(others)} of {len(jobs)} jobs left out of the "
-                  f"per-example scores, their forget set differs from the {len(kept)} others' (fix seeds.forget to "
-                  f"hold one D_f across jobs): {shown}")
+    return kept, Note("forget_sets_differ", {"group": list(group[:-1]), "target": group[-1], "others": others,
+                                             "jobs": len(jobs), "kept": len(kept)})
 
 
 def design_pools(jobs: list[Job]) -> list[tuple[str, int | None, list[Job]]]:
@@ -297,13 +294,13 @@ def klom_scores(pool: list[Job], folders: list[str], method: str, permutations: 
     return scores
 
 
-def note_of(unlearned: np.ndarray, n: int) -> str:
+def note_of(unlearned: np.ndarray, n: int) -> tuple[Note, ...]:
     notes = []
     if n >= 2 and (unlearned == unlearned[0]).all():
-        notes.append(POINT_POOL)
+        notes.append(Note("point_pool"))
     if forgetting.epsilon_cap(n) == 0:
-        notes.append(f"N = {n}: the resolution cap ⌈ln(N − 1)⌉ is 0, every ε scores 0")
-    return "; ".join(notes)
+        notes.append(Note("no_resolution", {"N": n}))
+    return tuple(notes)
 
 
 def competition_columns(values: dict, folders: list[str], target: str, method: str, quality: float,
@@ -324,12 +321,12 @@ def competition_columns(values: dict, folders: list[str], target: str, method: s
 
 
 def pool_rows(group: tuple, keys: list[str], design: str, seed: int | None, pool: list[Job], methods: list[str],
-              values: dict, permutations: int) -> tuple[list[dict], list[dict], list[str]]:
+              values: dict, permutations: int) -> tuple[list[dict], list[dict], list[Note]]:
     """The forget_quality.csv rows of one pool (a row per method with two models or more), its ε per example, and a
     line for each method whose confidences could not be scored (one pool's problem never costs the others)."""
     rows, epsilon_rows, problems = [], [], []
     ident = {**dict(zip(keys, group[:-1], strict=True)), "target": group[-1]}
-    where = f"{' · '.join(group[:-1])} — target {group[-1]}, pool {'B' if design == 'B' else f'A({seed})'}"
+    where = {"group": list(group[:-1]), "target": group[-1], "design": design, "seed": seed}
     for method in methods:
         unlearned, retrained, indices, labels, folders = pool_matrices(pool, method)
         if len(folders) < 2:
@@ -337,12 +334,12 @@ def pool_rows(group: tuple, keys: list[str], design: str, seed: int | None, pool
         try:
             scored = score_pool(unlearned, retrained, permutations)
         except ValueError as error:
-            problems.append(f"{where}, method {method}: not scored per example: {error}")
+            problems.append(Note("not_scored", {**where, "method": method, "error": str(error)}))
             continue
         try:
             kloms = klom_scores(pool, folders, method, permutations)
         except ValueError as error:  # F stands without it
-            problems.append(f"{where}, method {method}: no KLOM: {error}")
+            problems.append(Note("no_klom", {**where, "method": method, "error": str(error)}))
             kloms = {}
         competition = competition_columns(values, folders, group[-1], method, scored["forget_quality"],
                                           pool[0].per_example)

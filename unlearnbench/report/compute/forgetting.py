@@ -178,7 +178,7 @@ def _settle(counts, x, start, stop, step, num, strict: bool = False, rounds: int
         if not (over.any() or short.any()):
             return counts
         counts = counts - over + short
-    raise RuntimeError("threshold counts did not settle")  # a non-monotone grid: not one np.linspace makes
+    raise AssertionError("threshold counts did not settle")  # a non-monotone grid: not one np.linspace makes
 
 
 def _gap_hits(counts: np.ndarray, total) -> np.ndarray:

@@ -35,6 +35,7 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from unlearnbench.core.catalogue import RETRAINED, Catalogue
+from unlearnbench.report.compute.notes import Note
 from unlearnbench.report.compute.seed_design import rounded
 from unlearnbench.runtime.errors import UserError
 
@@ -175,10 +176,9 @@ def metric_board(board: Board, scores: pd.DataFrame, metric: str, split: str, re
     targets = ranks.index.get_level_values("target").nunique()
     need_friedman, need_pairs = blocks_needed(len(methods))
     seeds_needed = math.ceil(need_pairs / targets)
-    note = "" if blocks >= need_pairs else (
-        f"a Wilcoxon–Holm test over {len(methods)} methods needs {need_pairs} blocks, not {blocks}: "
-        f"{seeds_needed} training seeds of {targets} target{'s' if targets != 1 else ''} "
-        f"(seeds.train=range({seeds_needed}))")
+    note = () if blocks >= need_pairs else (Note("wilcoxon_blocks", {"methods": len(methods), "need": need_pairs,
+                                                                      "blocks": blocks, "seeds": seeds_needed,
+                                                                      "targets": targets}),)
     p_friedman = friedman_p(scores) if blocks >= need_friedman else math.nan
     intervals = bootstrap_ranks(ranks, resamples)
     for method in methods:
@@ -259,7 +259,3 @@ def main_metric(board: Board) -> tuple[str, str]:
     """The (metric, split) a board is ordered by: the aggregate where there is one, else its only metric."""
     metrics = [(row["metric"], row["split"]) for row in board.rows]
     return (AGGREGATE, "") if (AGGREGATE, "") in metrics else metrics[0]
-
-
-def metric_label(metric: str, split: str, catalogue: Catalogue) -> str:
-    return "mean rank" if metric == AGGREGATE else catalogue.label(metric, split)

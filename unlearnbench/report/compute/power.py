@@ -27,8 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from unlearnbench.report.compute.notes import Note
 from unlearnbench.report.compute.stats import MIN_PLAN_TRAINING_SEEDS, nested_variance
-from unlearnbench.runtime.errors import UserError
+from unlearnbench.runtime.errors import invalid
 
 ALPHA = 0.05  # the test's level
 TARGET_POWER = 0.8
@@ -65,7 +66,7 @@ class PairedTest:
     sigma_u2_low: float
     sigma_u2_high: float
     balanced: bool
-    note: str = ""
+    note: tuple[Note, ...] = ()
 
 
 @dataclass
@@ -78,12 +79,12 @@ class PowerPlan:
     J: int | None
     power: float
     cost_s: float
-    note: str = ""
+    note: tuple[Note, ...] = ()
 
 
 def _check_probability(name: str, value: float, owner: str) -> None:
     if not (isinstance(value, int | float) and 0 < value < 1):
-        raise UserError(f"the {name!r} parameter of {owner} must be a number in (0, 1); got {value!r} instead")
+        raise invalid(name, owner, "a number in (0, 1)", repr(value))
 
 
 def _exact_mean(values: np.ndarray) -> np.ndarray:
@@ -121,16 +122,15 @@ def paired_test(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = A
     nan = math.nan
     means = np.array([_exact_mean(a) for a in arrays])
     test = (float(means[0]) if len(means) else nan, nan, nan, nan, nan, nan)
-    note = ""
+    note: tuple[Note, ...] = ()
     if len(means) >= 2:
         test = seed_mean_test(means, alpha)
         if test[1] == 0:
-            note = "every training seed gives the same mean difference: the interval has width 0"
+            note = (Note("same_mean_difference"),)
     else:
-        note = "fewer than two training seeds: the difference's spread over training seeds is unknown; no test"
+        note = (Note("no_test"),)
     if not components.balanced:
-        note = "; ".join(filter(None, [note, "unbalanced grid: the training-seed means have unequal variances, the "
-                                             "t-test is approximate and J is the effective n0"]))
+        note = (*note, Note("unbalanced_test"))
     return PairedTest(I=components.I, J=components.J, n=components.n, mean=test[0], se=test[1], low=test[2],
                       high=test[3], t=test[4], p=test[5], sigma_t2=components.sigma_t2,
                       sigma_t2_low=components.sigma_t2_low, sigma_t2_high=components.sigma_t2_high,
@@ -174,21 +174,23 @@ def _limit_noncentrality(target_power: float, alpha: float) -> float:
     return float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(target_power))
 
 
-def _unplannable(delta: float, sigma_t2: float, sigma_u2: float, cost_train: float, cost_unlearn: float) -> str:
-    """Why no plan can be made from these inputs ("" where one can)."""
+def _unplannable(delta: float, sigma_t2: float, sigma_u2: float, cost_train: float,
+                 cost_unlearn: float) -> Note | None:
+    """Why no plan can be made from these inputs (None where one can)."""
     if not math.isfinite(delta):
-        return "no difference to plan for"
+        return Note("no_difference")
     if delta == 0:
-        return "a difference of 0: no design detects it (power = α)"
+        return Note("zero_difference")
     if math.isnan(sigma_t2) or math.isnan(sigma_u2):
-        return "σ_TD² or σ_UD² not identifiable from this grid"
+        return Note("difference_components_unknown")
     if math.isinf(sigma_t2) or math.isinf(sigma_u2):
-        return "upper limit unbounded: too few seeds to plan at the upper limit"
+        return Note("difference_unbounded")
     if sigma_t2 < 0 or sigma_u2 < 0:
-        raise UserError(f"the variance components of power_plan must be ≥ 0; got {sigma_t2!r}, {sigma_u2!r} instead")
+        raise invalid("sigma_t2" if sigma_t2 < 0 else "sigma_u2", "power_plan", "a variance ≥ 0",
+                      repr(sigma_t2 if sigma_t2 < 0 else sigma_u2))
     if not (math.isfinite(cost_train) and math.isfinite(cost_unlearn)) or cost_train < 0 or cost_unlearn <= 0:
-        return "no training or unlearning time recorded"
-    return ""
+        return Note("no_time")
+    return None
 
 
 class _Search:
@@ -242,16 +244,15 @@ def power_plan(delta: float, sigma_t2: float, sigma_u2: float, cost_train: float
     _check_probability("alpha", alpha, "power_plan")
     reason = _unplannable(delta, sigma_t2, sigma_u2, cost_train, cost_unlearn)
     if reason:
-        return PowerPlan(None, None, math.nan, math.nan, reason)
+        return PowerPlan(None, None, math.nan, math.nan, (reason,))
     least = MIN_PLAN_TRAINING_SEEDS
     if sigma_t2 + sigma_u2 == 0:
         return PowerPlan(least, 1, 1.0, least * (cost_train + cost_unlearn),
-                         f"no spread in the difference: {least} training seeds tell the methods apart")
+                         (Note("no_spread", {"least": least}),))
     noncentrality = _limit_noncentrality(target_power, alpha)
     if noncentrality**2 * (sigma_t2 + sigma_u2) / delta**2 > MAX_POWER_JOBS:
         return PowerPlan(None, None, math.nan, math.nan,
-                         f"a difference of {delta:.3g} is too small against its spread: every design needs more than "
-                         f"{MAX_POWER_JOBS:,} jobs")
+                         (Note("too_small", {"delta": delta, "max_jobs": MAX_POWER_JOBS}),))
     search = _Search(delta, sigma_t2, sigma_u2, target_power, alpha)
     span = max(1, math.ceil(noncentrality * math.sqrt(sigma_u2) / abs(delta)))
     per_seed = np.arange(1, span + 1, dtype=float)

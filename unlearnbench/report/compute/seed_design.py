@@ -245,7 +245,7 @@ def pair_row(differences: pd.Series, costs_ab: tuple[float, float], min_differen
             "difference_from": "observed" if min_difference is None else "report.min_difference",
             "cost_train_s": costs_ab[0], "cost_unlearn_s": costs_ab[1], "power_now": float(now),
             "plan_I": plan.I, "plan_J": plan.J, "plan_power": plan.power, "plan_cost_s": plan.cost_s,
-            "note": "; ".join(n for n in (test.note, plan.note) if n)}
+            "note": (*test.note, *plan.note)}
 
 
 def seed_powers(study: Study, compare: list[str] | None = None, min_difference: float | None = None) -> pd.DataFrame:

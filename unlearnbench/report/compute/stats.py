@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy import stats
 
-from unlearnbench.runtime.errors import UserError
+from unlearnbench.report.compute.notes import Note
+from unlearnbench.runtime.errors import invalid
 
 FEW_TRAINING_SEEDS = 10  # warn below this many training seeds
 NULL_PERMUTATIONS = 1000
@@ -158,10 +159,11 @@ class Components:
     homogeneity_w: float = math.nan  # Brown–Forsythe statistic for equal var(Z | S = s_i), and its p-value
     homogeneity_p: float = math.nan
     sigma_t2_truncated: bool = False
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Note] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """Flat columns: every field, the warnings a tuple of notes."""
+        return {**asdict(self), "warnings": tuple(self.warnings)}
 
 
 def _f_infinite(p: float, df):
@@ -296,8 +298,7 @@ def _unlearning_seed_spread(result: Components, arrays: list[np.ndarray], df_wit
             result.sigma_u2_chi2_low, result.sigma_u2_chi2_high = chi2
     else:
         result.sigma_u2_low, result.sigma_u2_high = result.sigma_u2_chi2_low, result.sigma_u2_chi2_high = chi2
-        result.warnings.append(f"fewer than {MIN_BOOTSTRAP_SEEDS} training seeds with two unlearning seeds: σ_U²'s "
-                               "interval is the χ² one, exact only if every training seed has the same variance")
+        result.warnings.append(Note("chi2_sigma_u2", {"below": MIN_BOOTSTRAP_SEEDS}))
 
 
 def nested_variance(groups: Sequence[Sequence[float] | np.ndarray], alpha: float = 0.05) -> Components:
@@ -326,7 +327,7 @@ def nested_variance(groups: Sequence[Sequence[float] | np.ndarray], alpha: float
     nan = math.nan
     if not count:
         return Components(0, 0, 0, 0, 0, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, True,
-                          warnings=["no values"])
+                          warnings=[Note("no_values")])
     every = np.concatenate(arrays)
     grand = _group_mean(every)
     means = np.array([_group_mean(a) for a in arrays])
@@ -340,12 +341,9 @@ def nested_variance(groups: Sequence[Sequence[float] | np.ndarray], alpha: float
                         sigma_t2=nan, sigma_t2_low=nan, sigma_t2_high=nan, sigma_u2=nan, sigma_u2_low=nan,
                         sigma_u2_high=nan, icc=nan, msb=nan, msw=nan, balanced=balanced)
     if count < FEW_TRAINING_SEEDS:
-        result.warnings.append(f"fewer than {FEW_TRAINING_SEEDS} training seeds (I = {count}): σ_T² is barely "
-                               "identifiable")
+        result.warnings.append(Note("few_training_seeds_row", {"below": FEW_TRAINING_SEEDS, "I": count}))
     if not balanced:
-        result.warnings.append(f"unbalanced grid ({result.J_min} to {result.J_max} unlearning seeds per training "
-                               f"seed): unbalanced ANOVA estimator with effective J = n0 = {n0:.3g}; the σ_T² "
-                               "interval is approximate")
+        result.warnings.append(Note("unbalanced_row", {"J_min": result.J_min, "J_max": result.J_max, "n0": n0}))
     if df_within > 0:
         msw = ss_within / df_within
         result.msw, result.sigma_u2 = msw, msw
@@ -362,12 +360,11 @@ def nested_variance(groups: Sequence[Sequence[float] | np.ndarray], alpha: float
         result.icc = result.sigma_t2 / result.total if result.total > 0 else nan
     elif df_between > 0:  # J = 1: one value per training seed
         result.total = 0.0 if np.all(every == every[0]) else float(np.var(every, ddof=1))
-        result.warnings.append("one unlearning seed per training seed (J = 1): only the total variance is "
-                               "identifiable")
+        result.warnings.append(Note("total_only"))
     elif df_within > 0:  # I = 1
-        result.warnings.append("one training seed (I = 1): only σ_U² is identifiable")
+        result.warnings.append(Note("sigma_u2_only"))
     else:
-        result.warnings.append("a single value: no variance is identifiable")
+        result.warnings.append(Note("single_value"))
     return result
 
 
@@ -543,18 +540,18 @@ class EvaluationSplit:
     ms_a: float
     ms_b: float
     ms_e: float
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Note] = field(default_factory=list)
 
     @property
     def total(self) -> float:
         return self.sigma_t2 + self.sigma_u2 + self.sigma_e2
 
     def as_dict(self) -> dict:
-        """Flat columns: every field (the warnings joined by "; "), the total and the three shares."""
+        """Flat columns: every field (the warnings a tuple of notes), the total and the three shares."""
         total = self.total
         shares = {f"{part}_share": getattr(self, f"sigma_{part[0]}2") / total if total > 0 else math.nan
                   for part in ("train", "unlearn", "eval")}
-        return {**asdict(self), "warnings": "; ".join(self.warnings), "total": total, **shares}
+        return {**asdict(self), "warnings": tuple(self.warnings), "total": total, **shares}
 
 
 def _floored(estimate: float) -> tuple[float, bool]:
@@ -562,16 +559,15 @@ def _floored(estimate: float) -> tuple[float, bool]:
     return (max(0.0, estimate), estimate < 0) if math.isfinite(estimate) else (math.nan, False)
 
 
-def _split_warnings(design: NestedDesign, j_range: tuple[int, int], k_range: tuple[int, int]) -> list[str]:
+def _split_warnings(design: NestedDesign, j_range: tuple[int, int], k_range: tuple[int, int]) -> list[Note]:
     warnings = []
     if not design.balanced:
-        warnings.append(f"unbalanced grid ({j_range[0]} to {j_range[1]} unlearning seeds per training seed, "
-                        f"{k_range[0]} to {k_range[1]} evaluation seeds per cell): Henderson's method 1, unbiased; "
-                        "J and K are effective numbers, and the intervals of σ_U² and σ_T² approximate")
+        warnings.append(Note("unbalanced_three_stage", {"J_min": j_range[0], "J_max": j_range[1],
+                                                        "K_min": k_range[0], "K_max": k_range[1]}))
     if not design.df_b:
-        warnings.append("one unlearning seed per training seed: σ_T² and σ_U² are not identifiable apart")
+        warnings.append(Note("not_apart"))
     elif not design.df_a:
-        warnings.append("one training seed (I = 1): σ_T² is not identifiable")
+        warnings.append(Note("no_sigma_t2"))
     return warnings
 
 
@@ -636,31 +632,30 @@ class SeedPlan:
     j_star: float
     se: float
     cost_s: float
-    note: str = ""
+    note: tuple[Note, ...] = ()
 
 
 def _unplannable(sigma_t2: float, sigma_u2: float, sigma_e2: float, cost_train: float,
-                 cost_unlearn: float) -> str:
-    """Why no plan can be made from these inputs ("" where one can)."""
+                 cost_unlearn: float) -> Note | None:
+    """Why no plan can be made from these inputs (None where one can)."""
     components = {"σ_T²": sigma_t2, "σ_U²": sigma_u2, "σ_E²": sigma_e2}
     if any(math.isnan(value) for value in components.values()):
-        return "σ_T² or σ_U² not identifiable from this grid" if math.isnan(sigma_t2) or math.isnan(sigma_u2) \
-            else "σ_E² not identifiable from this grid"
+        return Note("sigma_t2_or_u2_unknown") if math.isnan(sigma_t2) or math.isnan(sigma_u2) \
+            else Note("sigma_e2_unknown")
     unbounded = [name for name, value in components.items() if math.isinf(value)]
     if unbounded:
-        return f"{' and '.join(unbounded)} upper limit unbounded: too few seeds to plan at the upper limit"
+        return Note("unbounded", {"components": unbounded})
     if not (math.isfinite(cost_train) and math.isfinite(cost_unlearn)) or cost_train < 0 or cost_unlearn <= 0:
-        return "no training or unlearning time recorded"
-    return ""
+        return Note("no_time")
+    return None
 
 
 def _check_plan_inputs(target_se: float, **components: float) -> None:
     if not (isinstance(target_se, int | float) and math.isfinite(target_se) and target_se > 0):
-        raise UserError(f"the 'target_se' parameter of seed_plan must be a positive number; got {target_se!r} instead")
+        raise invalid("target_se", "seed_plan", "a positive number", repr(target_se))
     for name, value in components.items():
         if value < 0:
-            raise UserError(f"the {name!r} parameter of seed_plan must be a variance ≥ 0 (or NaN, inf); got {value!r} "
-                            "instead")
+            raise invalid(name, "seed_plan", "a variance ≥ 0 (or NaN, inf)", repr(value))
 
 
 def _cheapest(sigma_t2: float, counts: np.ndarray, within: np.ndarray, cost_train: float, cost_job: np.ndarray,
@@ -721,21 +716,19 @@ def _cheapest_with_k(sigma_t2: float, sigma_u2: float, sigma_e2: float, cost_tra
 
 
 def _plan_notes(sigma_t2: float, sigma_u2: float, sigma_e2: float, searched_k: bool, one_seed_cost: float,
-                cost: float, k: int) -> list[str]:
+                cost: float, k: int) -> list[Note]:
     """What a plan's numbers mean where they are degenerate or where the floor of two training seeds decided them."""
     notes = []
     if sigma_e2 > 0 and not searched_k:
-        notes.append("no evaluation time recorded: one evaluation seed per job (K = 1), σ_E² counted with σ_U²")
+        notes.append(Note("no_evaluation_time"))
     if sigma_u2 == 0 and sigma_e2 == 0 and sigma_t2 > 0:
-        notes.append("σ_U² = 0: extra unlearning seeds buy nothing; only training seeds lower the error")
+        notes.append(Note("sigma_u2_zero"))
     if sigma_t2 == 0:
-        notes.append("σ̂_T² = 0, often a negative estimate truncated at 0 rather than no training-seed effect: at "
-                     f"least {MIN_PLAN_TRAINING_SEEDS} training seeds, since σ_T² cannot be estimated from one")
+        notes.append(Note("sigma_t2_zero", {"least": MIN_PLAN_TRAINING_SEEDS}))
     elif one_seed_cost < cost:
-        notes.append(f"at least {MIN_PLAN_TRAINING_SEEDS} training seeds: one would reach the target at these values, "
-                     "but σ_T² cannot be estimated from one")
+        notes.append(Note("training_seed_floor", {"least": MIN_PLAN_TRAINING_SEEDS}))
     if k == MAX_PLAN_K:
-        notes.append(f"K at the search bound ({MAX_PLAN_K})")
+        notes.append(Note("k_bound", {"K": MAX_PLAN_K}))
     return notes
 
 
@@ -763,15 +756,14 @@ def seed_plan(sigma_t2: float, sigma_u2: float, cost_train: float, cost_unlearn:
     nan = math.nan
     reason = _unplannable(sigma_t2, sigma_u2, sigma_e2, cost_train, cost_unlearn)
     if reason:
-        return SeedPlan(None, None, None, nan, nan, nan, reason)
+        return SeedPlan(None, None, None, nan, nan, nan, (reason,))
     within_one = sigma_u2 + sigma_e2  # the two-stage within-seed variance of jobs with one evaluation seed
     j_star = 0.0 if within_one == 0 else math.inf if sigma_t2 == 0 else math.sqrt(
         cost_train * within_one / (cost_unlearn * sigma_t2))
     if sigma_t2 == within_one == 0:
         return SeedPlan(MIN_PLAN_TRAINING_SEEDS, 1, 1, j_star, 0.0,
                         float(MIN_PLAN_TRAINING_SEEDS * (cost_train + cost_unlearn)),
-                        f"no seed variance at these values: any design reaches the target; {MIN_PLAN_TRAINING_SEEDS} "
-                        "training seeds still, since σ_T² cannot be estimated from one")
+                        (Note("no_seed_variance", {"least": MIN_PLAN_TRAINING_SEEDS}),))
     target = target_se**2
     searched_k = _evaluation_seeds(sigma_e2, cost_eval)
     if searched_k:
@@ -783,4 +775,4 @@ def seed_plan(sigma_t2: float, sigma_u2: float, cost_train: float, cost_unlearn:
     notes = _plan_notes(sigma_t2, sigma_u2, sigma_e2, searched_k,
                         _one_seed_cost(sigma_t2, within, cost_train, cost_job, target), cost, k)
     se = math.sqrt(sigma_t2 / i + sigma_u2 / (i * j) + sigma_e2 / (i * j * k))
-    return SeedPlan(i, j, k, j_star, se, cost, "; ".join(notes))
+    return SeedPlan(i, j, k, j_star, se, cost, tuple(notes))

@@ -40,6 +40,7 @@ from scipy import stats
 from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.core.tuning import DEFAULT, DEFAULTS, RANDOM, TPE, TRIAL, TUNED, TUNING
 from unlearnbench.report.compute.leaderboard import block_scores, parse_metrics
+from unlearnbench.report.compute.notes import Note
 from unlearnbench.report.read.collect import catalogue_of, load_results
 from unlearnbench.runtime.errors import UserError
 
@@ -56,14 +57,12 @@ def objective_metrics(names: Sequence[str] | None, catalogue: Catalogue) -> list
     return chosen
 
 
-RULE = ("per block (a target and a training seed), the mean over the objective's metrics of |v - ideal| / scale "
-        "(|v - M_r's v| / scale for a metric whose ideal is the retrained model's value), then the mean over the "
-        "blocks; lower is better, 0 at every ideal. Not the leaderboard's rule (a mean rank among methods): one "
-        "method's tuning has no other method to rank against")
+RULE = Note("objective_rule")  # its words: render/words.py
 
 
 def objective_rule(metrics: list[tuple[str, str]], catalogue: Catalogue) -> dict:
-    """What tuning.json says of the objective: the rule, and each metric with its split, ideal and scale."""
+    """What tuning.json says of the objective: the rule (a note, worded by whoever writes the file), and each metric
+    with its split, ideal and scale."""
     return {"rule": RULE,
             "metrics": [{"metric": metric, "split": split or None, "label": catalogue.label(metric, split),
                          "ideal": catalogue.ideal(metric), "scale": catalogue.metric(metric).scale}
@@ -76,7 +75,7 @@ class Scored:
     rule it was computed by (`objective_rule`), where the batch's results told the metrics."""
 
     blocks: dict[tuple[str, int], float] = field(default_factory=dict)
-    reason: str | None = None
+    reason: Note | None = None
     rule: dict | None = None
 
     @property
@@ -84,7 +83,8 @@ class Scored:
         return float(np.mean(list(self.blocks.values()))) if self.blocks and self.reason is None else math.nan
 
     def as_record(self) -> dict:
-        """What tuning.json keeps of it: the state, the objective, its value per training seed, the reason."""
+        """What tuning.json keeps of it: the state, the objective, its value per training seed, the reason (a note,
+        worded by whoever writes the file)."""
         failed = self.reason is not None
         return {"state": "failed" if failed else "complete", "objective": None if failed else self.value,
                 "by_seed": {} if failed else self.by_seed(), "reason": self.reason}
@@ -105,11 +105,12 @@ def objective(frame: pd.DataFrame, jobs: list[dict], catalogue: Catalogue, metho
         failures = [f for f in job.get("failures") or [] if f.get("method") == method]
         if job.get("status") != "complete" or failures:
             error = job.get("error") or (failures[0]["error"] if failures else job.get("status"))
-            return Scored(reason=f"{Path(job['folder']).name}: {str(error).splitlines()[0]}")
+            return Scored(reason=Note("job_failed", {"folder": Path(job["folder"]).name,
+                                                     "error": str(error).splitlines()[0]}))
     mine = frame[(frame["role"] == "unlearned") & (frame["method"] == method)] if "role" in frame else frame
     blocks = sorted(set(zip(mine.get("target", []), mine.get("seed_train", []), strict=True)), key=str)
     if not blocks:
-        return Scored(reason=f"no records of method {method}")
+        return Scored(reason=Note("no_records", {"method": method}))
     values = frame.assign(split=frame["split"].fillna(""), method=frame["method"].fillna(""))  # as the report has
     # them (analysis.prepare): M_r's rows keep their place in the groups
     distances: dict[tuple, list[float]] = {block: [] for block in blocks}
@@ -119,8 +120,8 @@ def objective(frame: pd.DataFrame, jobs: list[dict], catalogue: Catalogue, metho
         for block in blocks:
             value = column.get(block)
             if value is None or not math.isfinite(value):
-                label = f"{metric}:{split}" if split else metric
-                return Scored(reason=f"{label} has no value for target {block[0]}, training seed {block[1]}")
+                return Scored(reason=Note("no_value", {"metric": metric, "split": split, "target": block[0],
+                                                       "seed": block[1]}))
             distances[block].append(float(value) / catalogue.metric(metric).scale)
     return Scored({(str(target), int(seed)): float(np.mean(found)) for (target, seed), found in distances.items()})
 
@@ -130,7 +131,7 @@ def score_folders(folders: Sequence[Path], method: str, names: Sequence[str] | N
     frame, jobs = load_results(list(folders))
     missing = [f for f in folders if not any(j["folder"].endswith(Path(f).name) for j in jobs)]
     if missing:
-        return Scored(reason=f"{Path(missing[0]).name}: no result.json")
+        return Scored(reason=Note("no_result", {"folder": Path(missing[0]).name}))
     catalogue = catalogue_of(jobs)
     metrics = objective_metrics(names, catalogue)
     scored = objective(frame, jobs, catalogue, method, metrics)
@@ -151,8 +152,8 @@ LEVEL = 0.95  # of every interval of the tuning tables
 OPTUNA_STARTUP = 10  # TPE's random start-up trials where tuning.json does not say (Optuna's default)
 
 
-def read_tunings(folders: Sequence[Path]) -> tuple[list[dict], list[str]]:
-    """(the tuning records of the sweep folders that hold one, a line per record that cannot be read): a folder
+def read_tunings(folders: Sequence[Path]) -> tuple[list[dict], list[Note]]:
+    """(the tuning records of the sweep folders that hold one, a note per record that cannot be read): a folder
     without `tuning.json` is no tuning sweep."""
     found, problems = [], []
     for folder in folders:
@@ -162,12 +163,12 @@ def read_tunings(folders: Sequence[Path]) -> tuple[list[dict], list[str]]:
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:
-            problems.append(f"{path}: not read ({error}); its tuning tables are left out")
+            problems.append(Note("tuning_unread", {"path": str(path), "error": str(error)}))
             continue
         if isinstance(record, dict) and isinstance(record.get("methods"), dict):
             found.append(record)
         else:
-            problems.append(f"{path}: not a tuning record; its tuning tables are left out")
+            problems.append(Note("not_tuning", {"path": str(path)}))
     return found, problems
 
 
@@ -255,7 +256,7 @@ def tuning_rows(tunings: list[dict]) -> pd.DataFrame:
 
 
 def replicate_row(method: str, tuning: dict, replicate: dict) -> dict:
-    """One replicate's row of tuning.csv."""
+    """One replicate's row of tuning.csv; its `best` and `note` cells hold notes (`NOTE_COLUMNS`)."""
     trials = replicate.get("trials", [])
     tpe = sum(t.get("drawn") == TPE for t in trials)
     row = {"method": method, "replicate": replicate["replicate"], "trials": len(trials),
@@ -265,9 +266,12 @@ def replicate_row(method: str, tuning: dict, replicate: dict) -> dict:
            "heldout_seeds": " ".join(map(str, tuning.get("heldout", [])))}
     best = replicate.get("best")
     if best is None:
-        return {**row, "note": replicate.get("error", "no trial completed")}
-    label = point_label(best["params"])
-    return {**row, "best": f"defaults ({label})" if best.get("drawn") == DEFAULTS else label,
+        error = replicate.get("error")  # the sweeper's words in tuning.json
+        why = Note("tuning_error", {"error": error}) if "error" in replicate else Note("no_trial_completed")
+        return {**row, "note": (why,)}
+    point = {"point": point_label(best["params"])}
+    chosen = Note("defaults_point", point) if best.get("drawn") == DEFAULTS else Note("point", point)
+    return {**row, "best": (chosen,),
             "best_trial": best["trial"], "objective_tuning": best["objective"], **against_defaults(trials, best),
             **judgement(best, replicate.get("heldout", {}))}
 
@@ -280,14 +284,15 @@ def judgement(best: dict, held: dict) -> dict:
     tuned_seeds, tuning_seeds = seed_values(tuned), seed_values(best)
     optimism = optimism_interval(list(tuned_seeds.values()), list(tuning_seeds.values()))
     gain = paired_gain(seed_values(default), tuned_seeds)
-    notes = [f"{stage}: {part['reason']}" for stage, part in held.items() if part.get("reason")]
+    notes = [Note("heldout_failed", {"stage": stage, "reason": part["reason"]})
+             for stage, part in held.items() if part.get("reason")]
     return {"objective_heldout": value, **dict(zip(("heldout_low", "heldout_high"),
                                                    t_interval(list(tuned_seeds.values())), strict=True)),
             "objective_default": baseline, "optimism": None if value is None else value - best["objective"],
             "optimism_low": optimism[0], "optimism_high": optimism[1],
             "gain": None if value is None or baseline is None else baseline - value,
             "gain_low": gain[0], "gain_high": gain[1], "gain_p": gain[2],
-            "note": "; ".join([*notes, *interval_notes(len(tuned_seeds), len(tuning_seeds))])}
+            "note": (*notes, *interval_notes(len(tuned_seeds), len(tuning_seeds)))}
 
 
 def seed_values(part: dict) -> dict[str, float]:
@@ -312,15 +317,15 @@ def against_defaults(trials: list[dict], best: dict) -> dict:
             "beat_by": math.nan if value is None else value - best["objective"]}
 
 
-def interval_notes(heldout: int, tuning: int) -> list[str]:
+def interval_notes(heldout: int, tuning: int) -> list[Note]:
     """Where too few seeds leave an interval out (NaN), or the optimism's rests on the held-out seeds alone."""
     if heldout == 0:
         return []
-    notes = [] if heldout >= 2 else ["one held-out seed: no held-out or gain interval"]
+    notes = [] if heldout >= 2 else [Note("one_heldout_seed")]
     if heldout + tuning < 3:
-        notes.append("one held-out and one tuning seed: no optimism interval")
+        notes.append(Note("no_optimism_interval"))
     elif tuning == 1:
-        notes.append("one tuning seed: the optimism interval uses the held-out seeds' variance alone")
+        notes.append(Note("heldout_variance_only"))
     return notes
 
 
@@ -335,7 +340,7 @@ def replicate_rows(table: pd.DataFrame) -> pd.DataFrame:
     for method, mine in table.groupby("method", sort=False):
         held = pd.to_numeric(mine["objective_heldout"], errors="coerce").dropna()
         optimism, gain = (pd.to_numeric(mine[c], errors="coerce").dropna().tolist() for c in ("optimism", "gain"))
-        points = mine["best"].dropna()
+        points = mine["best"].dropna().map(repr)  # a point's notes (read back from tuning.csv: its words) as a key
         rows.append({"method": method, "replicates": len(mine), "heldout_mean": held.mean(),
                      "heldout_std": held.std(ddof=1) if len(held) > 1 else math.nan, "heldout_min": held.min(),
                      "heldout_max": held.max(), "distinct_points": points.nunique(),

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import operator
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -36,13 +35,16 @@ def legacy_catalogues() -> dict[str, Catalogue]:
 @functools.cache
 def legacy_catalogue(task: str | None = None) -> Catalogue:
     """The legacy declarations of `task`; the union of every task's where it is unknown or missing (a result that
-    does not say its task may hold any task's metrics), the core's metrics last, as every task's own has them."""
+    does not say its task may hold any task's metrics): the tasks' metrics in the file's order, the core's last, as
+    every task's own has them."""
     catalogues = legacy_catalogues()
     if task in catalogues:
         return catalogues[task]
     shared = set.intersection(*({m.name for m in c.metrics} for c in catalogues.values()))  # the core's
+    position = {name: i for i, name in enumerate(dict.fromkeys(m.name for c in catalogues.values() for m in c.metrics))}
     union = merged(catalogues.values())
-    return dataclasses.replace(union, metrics=tuple(sorted(union.metrics, key=lambda m: m.name in shared)))
+    return dataclasses.replace(union, metrics=tuple(sorted(union.metrics,
+                                                           key=lambda m: (m.name in shared, position[m.name]))))
 
 
 def result_legacy(result: dict) -> Catalogue:
@@ -53,12 +55,25 @@ def result_legacy(result: dict) -> Catalogue:
 
 def result_catalogue(result: dict) -> Catalogue:
     """The declarations a checked result is read with: its own, or the legacy catalogue where it has none; a
-    `ValueError` (the reason in one line) where its own is damaged."""
+    `SchemaError` (the reason in one line) where its own is damaged."""
     if "catalogue" not in result:
         return result_legacy(result)
     return Catalogue.from_dict(result["catalogue"])
 
 
 def merged(catalogues: Iterable[Catalogue]) -> Catalogue:
-    """The union of the results' declarations (a metric declared twice keeps its first declaration)."""
-    return functools.reduce(operator.add, catalogues, Catalogue())
+    """The union of the results' declarations, the same in whatever order the results are read (`Catalogue.union`:
+    a metric declared with other roles takes the union of its splits; one declared with other facts, see
+    `disagreement_warning`)."""
+    return Catalogue.union(catalogues)
+
+
+def disagreement_warning(catalogues: Iterable[Catalogue]) -> str | None:
+    """One line where the results declare a metric with different facts (label, ideal, scale: results of different
+    versions), naming the metrics: the report reads each with one of its labels and scales, and with no best value
+    where the ideals differ (`Catalogue.union`)."""
+    names = Catalogue.disagreements(catalogues)
+    if not names:
+        return None
+    return (f"metric{'s' if len(names) > 1 else ''} declared differently by the results: {', '.join(names)}; each is "
+            f"read with one label and scale, and where the ideals differ with none (never marked best, not ranked)")

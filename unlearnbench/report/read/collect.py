@@ -20,7 +20,7 @@ import pandas as pd
 from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.core.files import RESULT
 from unlearnbench.core.result import SchemaError, check_failures, read_result
-from unlearnbench.report.read.catalogue import merged, result_catalogue, result_legacy
+from unlearnbench.report.read.catalogue import disagreement_warning, merged, result_catalogue, result_legacy
 
 log = logging.getLogger(__name__)
 RECORD_COLUMNS = ["target", "method", "role", "metric", "split", "value", "round"]
@@ -171,7 +171,8 @@ def read_warnings(jobs: list[dict]) -> list[str]:
     """The report's warnings about what the files held: non-finite values, failed methods, ignored parts, damaged
     metric catalogues."""
     return [w for w in (non_finite_warning(jobs), failures_warning(jobs), problems_warning(jobs),
-                        catalogue_warning(jobs)) if w]
+                        catalogue_warning(jobs),
+                        disagreement_warning(job["catalogue"] for job in jobs if "catalogue" in job)) if w]
 
 
 def _listed(items: list[str], unit: str) -> str:

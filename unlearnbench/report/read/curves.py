@@ -21,15 +21,12 @@ import pandas as pd
 from unlearnbench.core.result import INT64, ROLES
 from unlearnbench.report.compute.analysis import ROLE_ORDER
 from unlearnbench.report.read.collect import SHOWN, finite
+from unlearnbench.runtime.errors import UserError
 
 SERIES = ("loss", "train_acc", "lr")
 CURVE_COLUMNS = ["folder", "curve", "role", "target", "method", "seed", "epoch", *SERIES]
 
 Curve = tuple  # (role, target, method, seed, epochs, loss, train_acc, lr): hashable, the identity of a curve
-
-
-class CurveError(ValueError):
-    """A curve the table cannot hold: the message names the field and what is wrong with it."""
 
 
 def _integer(value) -> bool:
@@ -46,7 +43,7 @@ def _text(value, where: str, allow_int: bool = False) -> str:
         return ""
     if isinstance(value, str) or (allow_int and _integer(value)):
         return str(value)
-    raise CurveError(f"{where}: {value!r:.40} is not a string{' or an integer' if allow_int else ''} or null")
+    raise UserError(f"{where}: {value!r:.40} is not a string{' or an integer' if allow_int else ''} or null")
 
 
 def _series(curve: dict, key: str, length: int) -> tuple:
@@ -56,28 +53,28 @@ def _series(curve: dict, key: str, length: int) -> tuple:
     if values is None:
         return (None,) * length
     if not isinstance(values, list):
-        raise CurveError(f"{key}: {values!r:.40} is not a list")
+        raise UserError(f"{key}: {values!r:.40} is not a list")
     if len(values) != length:
-        raise CurveError(f"{key} has {len(values)} values for {length} epochs")
+        raise UserError(f"{key} has {len(values)} values for {length} epochs")
     bad = next((v for v in values if not _number(v)), None)
     if bad is not None:
-        raise CurveError(f"{key}: {bad!r:.40} is not a number or null")
+        raise UserError(f"{key}: {bad!r:.40} is not a number or null")
     return tuple(finite(v) for v in values)
 
 
 def parse_curve(curve) -> Curve:
-    """The checked curve as a hashable tuple, or a `CurveError` naming what is wrong with it."""
+    """The checked curve as a hashable tuple, or a UserError naming what is wrong with it."""
     if not isinstance(curve, dict):
-        raise CurveError(f"{curve!r:.40} is not an object")
+        raise UserError(f"{curve!r:.40} is not an object")
     role = curve.get("model")
     if role not in ROLES:
-        raise CurveError(f"model: {role!r:.40} is not one of {', '.join(ROLES)}")
+        raise UserError(f"model: {role!r:.40} is not one of {', '.join(ROLES)}")
     seed = curve.get("seed")
     if not _integer(seed):
-        raise CurveError(f"seed: {seed!r:.40} is not an integer")
+        raise UserError(f"seed: {seed!r:.40} is not an integer")
     epochs = curve.get("epoch")
     if not isinstance(epochs, list) or not all(_integer(e) for e in epochs):
-        raise CurveError(f"epoch: {epochs!r:.40} is not a list of integers")
+        raise UserError(f"epoch: {epochs!r:.40} is not a list of integers")
     values = tuple(_series(curve, key, len(epochs)) for key in SERIES)
     return (role, _text(curve.get("target"), "target", allow_int=True), _text(curve.get("method"), "method"), seed,
             tuple(epochs), *values)
@@ -94,7 +91,7 @@ def job_curves(job: dict) -> tuple[list[Curve], list[str]]:
     for k, curve in enumerate(curves):
         try:
             parsed.append(parse_curve(curve))
-        except CurveError as error:
+        except UserError as error:
             problems.append(f"curves[{k}]: {error}")
     return parsed, problems
 

@@ -320,7 +320,8 @@ def leaderboard(study: Study, folder: Path) -> list[Path]:
     methods joined by a bar where Wilcoxon–Holm finds no difference at α = 0.05."""
     import scikit_posthocs
 
-    from unlearnbench.report.compute.leaderboard import ALPHA, figure_stem, main_metric, metric_label
+    from unlearnbench.report.compute.leaderboard import ALPHA, figure_stem, main_metric
+    from unlearnbench.report.render.words import metric_label
 
     paths = []
     for board in study.leaderboard:

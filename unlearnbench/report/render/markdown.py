@@ -9,9 +9,10 @@ from pathlib import Path
 import pandas as pd
 
 from unlearnbench.core.catalogue import RETRAINED, Catalogue
-from unlearnbench.report.compute.analysis import Caveat, Study, matching
+from unlearnbench.report.compute.analysis import Study, matching
 from unlearnbench.report.compute.seed_design import rank_label
 from unlearnbench.report.read.collect import describe_numerics, failed_methods
+from unlearnbench.report.render.words import joined, metric_label
 
 MAX_ERROR_LINES = 20
 TRUNCATED = ("0†: a negative estimate (its mean squares in the wrong order, often by chance with few seeds) "
@@ -61,33 +62,6 @@ POWER_INTRO = ["### How many seeds to tell two methods apart", "",
                "`report.min_difference`), and the cheapest I × J with power 0.8 at α = 0.05 (the noncentral t of "
                "a multisite design: Raudenbush and Liu, Psychological Methods 5, 2000). Every pair in "
                "`seed_power.csv`.", ""]
-
-
-def unbalanced_text(details: dict) -> str:
-    rows = f"{details['rows']} row{'s' if details['rows'] > 1 else ''}"
-    return (f"unbalanced grid ({rows}; methods {', '.join(details['methods'])}): not every training seed has the "
-            "same number of unlearning seeds. σ_T² and σ_U² use the unbalanced one-way ANOVA estimator with the "
-            "effective J = n0; the σ_T² interval is approximate")
-
-
-CAVEAT_TEXT = {  # kind of `analysis.Caveat` → its words, from its details
-    "repeated": lambda d: (f"{d['values']} values of a method appear in more than one job with the same seeds (the "
-                           "same design given twice?): the first job in folder order was kept"),
-    "few_training_seeds": lambda d: (f"fewer than {d['below']} training seeds (I = {', '.join(map(str, d['seeds']))})"
-                                     ": σ_T² is barely identifiable; its interval is wide"),
-    "unbalanced": unbalanced_text,
-    "one_unlearning_seed": lambda d: ("one unlearning seed per training seed (J = 1): only the total variance is "
-                                      "identifiable and there is no single-training-seed design to compare (no W2)"),
-    "one_training_seed": lambda d: ("one training seed (I = 1): only σ_U² is identifiable and there is no "
-                                    "multi-training-seed design to compare (no W2)"),
-    "no_w2": lambda d: ("no row has both three training seeds and a training seed with two unlearning seeds: no W2 "
-                        "(A(i) is compared with B without seed i, which needs two other training seeds)"),
-}
-
-
-def caveat_text(caveat: Caveat) -> str:
-    """A design caveat of the study (`analysis.prepare`, `analysis.design_warnings`) as the report's warning."""
-    return CAVEAT_TEXT[caveat.kind](caveat.details)
 
 
 def fmt(value: float | None) -> str:
@@ -290,7 +264,7 @@ def plan_section(plans: pd.DataFrame, columns: list[tuple[str, str, str]], grid:
              fmt(r.cost_train_s), fmt(r.cost_unlearn_s), fmt(r.j_star),
              design(r.upper_I, r.upper_J, r.upper_K), fmt(r.upper_cost_s),
              design(r.point_I, r.point_J, r.point_K), fmt(r.point_cost_s),
-             "; ".join(n for n in (r.upper_note, r.point_note) if isinstance(n, str) and n)]
+             "; ".join(filter(None, (joined(r.upper_note), joined(r.point_note))))]
             for r in identified.itertuples()]
     return md_table(["method", "metric", "σ̂_T² (upper)", "σ̂_U² (upper)", "c_T s", "c_U s", "J*",
                      "I × J at upper limits", "cost s", "I × J at estimates", "cost s", "note"], rows)
@@ -308,7 +282,7 @@ def power_section(powers: pd.DataFrame, catalogue: Catalogue) -> list[str]:
     rows = [[f"{r.method_a} − {r.method_b}", catalogue.label(r.metric, r.split), design(r.I, round(r.J)),
              interval(r.mean_difference, r.low, r.high), fmt(r.p), fmt(r.min_difference),
              "–" if pd.isna(r.power_now) else f"{r.power_now:.2f}", design(r.plan_I, r.plan_J),
-             "–" if pd.isna(r.plan_power) else f"{r.plan_power:.2f}", fmt(r.plan_cost_s), r.note or ""]
+             "–" if pd.isna(r.plan_power) else f"{r.plan_power:.2f}", fmt(r.plan_cost_s), joined(r.note)]
             for r in tested.itertuples()]
     return md_table(["pair", "metric", "I × J", "d_a − d_b [95% CI]", "p", "δ", "power now", "I × J for 0.8",
                      "power", "cost s", "note"], rows)
@@ -357,7 +331,7 @@ def forget_quality_section(forgetting, select: dict) -> list[str]:
               fmt(row.lira_tpr_at_1pct), fmt(row.lira_tpr_at_0_1pct),
               f"{fmt(row.klom_forget)} [{fmt(row.klom_forget_null_95pct)}]",
               f"{fmt(row.klom_retain)} / {fmt(row.klom_test)}",
-              f"{fmt(row.mia_unlearned)} / {fmt(row.mia_retrained)}", row.note or ""]
+              f"{fmt(row.mia_unlearned)} / {fmt(row.mia_retrained)}", joined(row.note)]
              for row in rows.rename(columns={"lira_tpr_at_0.1pct": "lira_tpr_at_0_1pct"}).itertuples()]
     lines = [*FORGET_INTRO, *md_table(["method", "pool", "N", "cap", "F", "null median [5%]", "distinguishable",
                                        "score", "LiRA AUC", "TPR@1%", "TPR@0.1%", "KLOM D_f [null 95%]",
@@ -388,7 +362,7 @@ MAX_PAIRS = 12
 def leaderboard_section(boards: list, figures: dict[str, str], catalogue: Catalogue) -> list[str]:
     """The leaderboard of each configuration: the methods by mean rank, their intervals and per-metric ranks, the
     tests' verdict (or how many training seeds a test would need), and the critical-difference diagram."""
-    from unlearnbench.report.compute.leaderboard import AGGREGATE, figure_stem, main_metric, metric_label
+    from unlearnbench.report.compute.leaderboard import AGGREGATE, figure_stem, main_metric
 
     if not boards:
         return []
@@ -434,7 +408,7 @@ def verdict(board, metric: tuple[str, str], row) -> str:
              f"{'s' if row.targets != 1 else ''} × {int(row.I)} training seed{'s' if row.I != 1 else ''})"
     friedman = "" if math.isnan(row.friedman_p) else f"Friedman p = {fmt(row.friedman_p)}; "
     if row.note:
-        return f"Over {blocks}: {friedman}no pairwise test: {row.note}."
+        return f"Over {blocks}: {friedman}no pairwise test: {joined(row.note)}."
     pairs = [p for p in board.pairs if (p["metric"], p["split"]) == metric and p["different"]]
     shown = [f"{p['method_a']} {'<' if p['median_difference'] < 0 else '>'} {p['method_b']}" for p in pairs]
     listed = ", ".join(shown[:MAX_PAIRS]) + (f", … {len(shown) - MAX_PAIRS} more" if len(shown) > MAX_PAIRS else "")

@@ -8,6 +8,7 @@ import pandas as pd
 
 from unlearnbench.report.compute.tuning import replicate_rows
 from unlearnbench.report.render.markdown import fmt
+from unlearnbench.report.render.words import joined
 
 INTRO = ("Per method (and replicate of the search): the best of its trials on the tuning training seeds (trial 0 is "
          "the method's defaults), then that point and the defaults on held-out training seeds the trials never "
@@ -30,8 +31,9 @@ def section(table: pd.DataFrame, figure: str | None, replicates: pd.DataFrame | 
              "by | held out [95%] | defaults held out | optimism [95%] | gain [95%] | gain p |",
              f"| --- |{' --- |' if several else ''} --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in table.itertuples(index=False):
+        best = joined(row.best if isinstance(row.best, tuple) else row.note)  # no best point: why
         lines.append(f"| {row.method} |{f' {row.replicate} |' if several else ''} "
-                     f"{row.best if isinstance(row.best, str) else row.note} | {row.trials} ({row.failed_trials}) | "
+                     f"{best} | {row.trials} ({row.failed_trials}) | "
                      f"{fmt(row.objective_tuning)} | {beaten(row)} | "
                      f"{interval(row.objective_heldout, row.heldout_low, row.heldout_high)} | "
                      f"{fmt(row.objective_default)} | {interval(row.optimism, row.optimism_low, row.optimism_high)} | "

@@ -15,7 +15,6 @@ from torch import nn
 from unlearnbench.core.bench import Bench, Evaluation, Scored
 from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.core.components import build
-from unlearnbench.core.config import TrainRecipe
 from unlearnbench.core.outcome import Outcome, as_records, cost_scores
 from unlearnbench.core.plan import JobPlan
 from unlearnbench.core.relearn import RelearnSettings
@@ -35,6 +34,7 @@ from unlearnbench.tasks.image.metrics.examples import ImageExamples
 from unlearnbench.tasks.image.metrics.relearn import ImageRelearning
 from unlearnbench.tasks.image.metrics.scoring import Evaluator, Outputs, Scorer
 from unlearnbench.tasks.image.models.store import ModelStore, Trained, training_channels_last
+from unlearnbench.tasks.image.options import ImageTrain
 
 
 def scored_test_pool(data: ImageData, config: dict, outcome: Outcome) -> ImageData:
@@ -48,7 +48,7 @@ def scored_test_pool(data: ImageData, config: dict, outcome: Outcome) -> ImageDa
     return data.test_part(torch.from_numpy(part.rows).to(data.device))
 
 
-class Workbench(Bench):
+class ImageBench(Bench):
     """What the stages of one image job share: the data on the device, the model store, the evaluator, the
     monitor."""
 
@@ -74,7 +74,7 @@ class Workbench(Bench):
         channels_last = training_channels_last(fabric.device.type, runtime.channels_last)
         identity = {"dataset": self.data.name, "data": outcome.dataset["fingerprint"], "model": plan.config["model"],
                     "normalisation": [list(self.data.mean), list(self.data.std)],
-                    "recipe": TrainRecipe.identity(plan.config["train"]), "channels_last": channels_last,
+                    "recipe": ImageTrain.identity(plan.config["train"]), "channels_last": channels_last,
                     "numerics": outcome.numerics}
         self.store = ModelStore(fabric, self.new_model, ModelCache(cfg.paths.cache_dir), self.normalizer,
                                 self.monitor, cfg.train, identity, channels_last)
@@ -176,10 +176,10 @@ class Workbench(Bench):
 
 
 class ImageEvaluation(Evaluation):
-    """One target's scores: M_r's outputs taken here, M_o's once for the job (`Workbench.original`); M_o and every
+    """One target's scores: M_r's outputs taken here, M_o's once for the job (`ImageBench.original`); M_o and every
     M_u compared with M_r on every split."""
 
-    def __init__(self, bench: Workbench, target: str, splits: Splits, original: Trained, retrained: Trained) -> None:
+    def __init__(self, bench: ImageBench, target: str, splits: Splits, original: Trained, retrained: Trained) -> None:
         self.bench, self.target, self.splits = bench, target, splits
         self.costs = {"original": cost_scores(original.cost), "retrained": cost_scores(retrained.cost)}
         self.out_o, self.out_r = bench.original_outputs, bench.reference_outputs(retrained.module, "retrained", target)

@@ -1,24 +1,15 @@
-"""The image task's metrics (computed in `metrics/scoring.py` from the functions of `metrics/functions.py`), its
-splits and its gold standard: what the report knows of them (`core/catalogue.py`)."""
+"""The image task's catalogue: its metrics (each declared beside the function that computes it: `metrics/functions.py`,
+and `metrics/scoring.py` for the differences to M_r), its splits and its gold standard: what the report knows of them
+(`core/catalogue.py`)."""
 
-from unlearnbench.core.catalogue import NO_SPLIT, RETRAINED, Catalogue, Metric, PerExample
-
-FORGET_TRAIN, RETAIN_TRAIN, FORGET_TEST, RETAIN_TEST = "forget_train", "retain_train", "forget_test", "retain_test"
+from unlearnbench.core.catalogue import Catalogue, PerExample
+from unlearnbench.tasks.image.metrics import functions as fn
+from unlearnbench.tasks.image.metrics.functions import FORGET_TEST, FORGET_TRAIN, RETAIN_TEST, RETAIN_TRAIN
+from unlearnbench.tasks.image.metrics.scoring import DELTA_ACC, DELTA_LOSS, DELTA_MIA
 
 CATALOGUE = Catalogue(
-    (Metric("acc", "acc", RETRAINED, headline=(FORGET_TEST, RETAIN_TEST), figure=(FORGET_TEST, RETAIN_TEST)),
-     Metric("loss", "loss", RETRAINED),
-     Metric("delta_acc", "Δacc", 0.0, headline=(FORGET_TEST, RETAIN_TEST, FORGET_TRAIN),
-            leaderboard=(FORGET_TRAIN, FORGET_TEST, RETAIN_TEST), figure=(FORGET_TEST,)),
-     Metric("delta_loss", "Δloss", 0.0),
-     Metric("mia", "MIA", RETRAINED, headline=(FORGET_TRAIN,)),
-     Metric("delta_mia", "ΔMIA", 0.0, headline=(FORGET_TRAIN,), leaderboard=(FORGET_TRAIN,), figure=(FORGET_TRAIN,)),
-     Metric("mia_loss", "mia_loss", 0.5),  # an attacker at chance (docs/metrics.md)
-     Metric("activation_distance", "act.dist", 0.0, headline=(FORGET_TRAIN,), figure=(FORGET_TRAIN,)),
-     Metric("js_divergence", "JS", 0.0, headline=(FORGET_TRAIN,)),
-     Metric("completeness", "completeness", 1.0),
-     Metric("layer_distance", "layer dist", 0.0, headline=(NO_SPLIT,), figure=(NO_SPLIT,)),
-     Metric("tow", "tow", 1.0, headline=(NO_SPLIT,))),
+    (fn.ACC, fn.LOSS, DELTA_ACC, DELTA_LOSS, fn.MIA, DELTA_MIA, fn.MIA_LOSS, fn.ACTIVATION_DISTANCE, fn.JS_DIVERGENCE,
+     fn.COMPLETENESS, fn.LAYER_DISTANCE, fn.TOW),
     {FORGET_TRAIN: "D_f", RETAIN_TRAIN: "D_r", FORGET_TEST: "D'_f", RETAIN_TEST: "D'_r"},
     frozenset({"retrain"}),
-    per_example=PerExample(FORGET_TRAIN, RETAIN_TRAIN, RETAIN_TEST, accuracy="acc", privacy="mia"))
+    per_example=PerExample(FORGET_TRAIN, RETAIN_TRAIN, RETAIN_TEST, accuracy=fn.ACC.name, privacy=fn.MIA.name))

@@ -1,10 +1,7 @@
-"""The ranking task's metrics (`job.py`): what the report knows of them (`core/catalogue.py`)."""
+"""The ranking task's catalogue: its metrics (each declared beside the function that computes it, in `bench.py`):
+what the report knows of them (`core/catalogue.py`)."""
 
-from unlearnbench.core.catalogue import NO_SPLIT, RETRAINED, Catalogue, Metric
+from unlearnbench.core.catalogue import Catalogue
+from unlearnbench.tasks.ranking.bench import NDCG_AT_10, ONLINE_NDCG, WEIGHT_DISTANCE
 
-CATALOGUE = Catalogue(
-    (Metric("ndcg@10", "NDCG@10", RETRAINED, headline=(NO_SPLIT,), leaderboard=(NO_SPLIT,), figure=(NO_SPLIT,)),
-     Metric("online_ndcg", "online NDCG", RETRAINED, headline=(NO_SPLIT,)),
-     Metric("weight_distance", "‖w_T − w‖", headline=(NO_SPLIT,))),
-    {},
-    frozenset({"fed_retrain"}))
+CATALOGUE = Catalogue((NDCG_AT_10, ONLINE_NDCG, WEIGHT_DISTANCE), {}, frozenset({"fed_retrain"}))

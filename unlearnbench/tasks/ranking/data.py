@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from unlearnbench.runtime.errors import UserError
+from unlearnbench.runtime.errors import UserError, bad_file
 from unlearnbench.runtime.files import write_atomically
 
 FEATURES = 46
@@ -58,24 +58,24 @@ LINE_FORM = "a LETOR line reads 'REL qid:QID 1:v 2:v … #comment'"
 
 
 def parse_line(tokens: list[str], features: int) -> tuple[int, int, list[float]]:
-    """Relevance, qid and the dense feature row of one line's tokens (its comment removed); a `ValueError` says what
+    """Relevance, qid and the dense feature row of one line's tokens (its comment removed); a `UserError` says what
     is wrong. Relevance must be a whole number ≥ 0 (−1 marks padding), feature indices increase within 1…features,
     values are finite numbers."""
     if not tokens[0].isdigit():
-        raise ValueError(f"relevance '{tokens[0]}' is not a whole number ≥ 0")
+        raise UserError(f"relevance '{tokens[0]}' is not a whole number ≥ 0")
     if len(tokens) < 2:
-        raise ValueError("missing qid: the line ends where qid:QID belongs")
+        raise UserError("missing qid: the line ends where qid:QID belongs")
     if not tokens[1].startswith("qid:") or not tokens[1][4:].isdigit():
-        raise ValueError(f"missing qid: '{tokens[1]}' stands where qid:QID (a whole number) belongs")
+        raise UserError(f"missing qid: '{tokens[1]}' stands where qid:QID (a whole number) belongs")
     row, last = [0.0] * features, 0
     for token in tokens[2:]:
         index, colon, value = token.partition(":")
         if not colon or not index.isdigit():
-            raise ValueError(f"token '{token}' is not INDEX:VALUE")
+            raise UserError(f"token '{token}' is not INDEX:VALUE")
         if not 1 <= int(index) <= features:
-            raise ValueError(f"feature index {index} is outside 1…{features}")
+            raise UserError(f"feature index {index} is outside 1…{features}")
         if int(index) <= last:
-            raise ValueError(f"feature index {index} follows {last}; indices must increase along a line")
+            raise UserError(f"feature index {index} follows {last}; indices must increase along a line")
         last = int(index)
         row[last - 1] = feature_value(index, value)
     return int(tokens[0]), int(tokens[1][4:]), row
@@ -88,7 +88,7 @@ def feature_value(index: str, value: str) -> float:
     except ValueError:
         number = math.nan
     if not math.isfinite(number):
-        raise ValueError(f"feature {index} has the value '{value}', not a finite number")
+        raise UserError(f"feature {index} has the value '{value}', not a finite number")
     return number
 
 
@@ -99,7 +99,7 @@ def read_letor(path: Path, features: int = FEATURES, remedy: str = "") -> Querie
     try:
         text = path.read_text(encoding="utf-8", errors="replace")  # stray bytes are reported by line, below
     except OSError as error:
-        raise UserError(f"{path}: cannot be read ({type(error).__name__}: {error}){suffix}") from error
+        raise bad_file(path, f"cannot be read ({type(error).__name__}: {error}){suffix}") from error
     rows, labels, qids = [], [], []
     for number, line in enumerate(text.split("\n"), start=1):
         tokens = line.split("#", 1)[0].split()
@@ -107,13 +107,13 @@ def read_letor(path: Path, features: int = FEATURES, remedy: str = "") -> Querie
             continue
         try:
             label, qid, row = parse_line(tokens, features)
-        except ValueError as error:
-            raise UserError(f"{path}:{number}: {error}; {LINE_FORM}{suffix}") from None
+        except UserError as error:
+            raise bad_file(f"{path}:{number}", f"{error}; {LINE_FORM}{suffix}") from None
         rows.append(row)
         labels.append(label)
         qids.append(qid)
     if not rows:
-        raise UserError(f"{path}: no documents; {LINE_FORM}{suffix}")
+        raise bad_file(path, f"no documents; {LINE_FORM}{suffix}")
     return group(np.array(rows, dtype=np.float64), np.array(labels, dtype=np.int64), np.array(qids, dtype=np.int64))
 
 

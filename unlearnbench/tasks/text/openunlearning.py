@@ -17,7 +17,7 @@ dataset, target and model: OpenUnlearning compares every run with the one `retai
 its own, and the report adds the reading against one retain model (the catalogue's derived `forget_quality_first`).
 An unlearned run's examples.parquet carries its retrained run's rows too, as a job of the tool's own holds both
 models. A WMDP run's records are lm-eval's accuracies, `mc_accuracy` on `forget` (wmdp_<subset>) and `general` (mmlu),
-as the tool's own WMDP jobs record them (wmdp_bench.py).
+as the tool's own WMDP jobs record them (benchmarks/wmdp.py).
 
 A run's identity (its TOFU forget split, its MUSE or WMDP data split, its model) comes from the `.hydra/config.yaml`
 that Hydra saved beside its files, unresolved: OpenUnlearning's eval experiments set `eval.tofu.forget_split:
@@ -51,11 +51,12 @@ from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.core.files import EXAMPLES, RESULT
 from unlearnbench.core.outcome import Outcome
 from unlearnbench.core.result import document, stored_result, write_json
-from unlearnbench.runtime.errors import UserError
+from unlearnbench.runtime.errors import UserError, bad_file, invalid
 from unlearnbench.runtime.files import WriteError, make_folder
-from unlearnbench.tasks.text import metrics
-from unlearnbench.tasks.text.catalogue import CATALOGUE, MUSE_CATALOGUE, WMDP_CATALOGUE
-from unlearnbench.tasks.text.evaluate import TEXT_COLUMNS, TextExamples, confidence
+from unlearnbench.tasks.text.benchmarks import muse, tofu, wmdp
+from unlearnbench.tasks.text.catalogue import CATALOGUE
+from unlearnbench.tasks.text.evaluate import metrics
+from unlearnbench.tasks.text.evaluate.examples import TEXT_COLUMNS, TextExamples, confidence
 
 COLUMNS = ("path", "role", "method", "seed_train", "seed_unlearn")  # a manifest's required columns
 OPTIONAL = ("seed_eval", "model")
@@ -74,8 +75,14 @@ HYDRA_CALL = re.compile(r"(?<!\\)\$\{hydra:\s*([\w.\-]+)\s*\}")
 ABSENT = object()
 
 
-class ImportProblem(ValueError):
-    """One run that cannot be imported: the message is its one line."""
+class ImportProblem(UserError):
+    """One run that cannot be imported: the message is its one line. A type of its own, as the import catches it to
+    record the row's problem and go on with the next row."""
+
+    @classmethod
+    def of(cls, refusal: UserError) -> ImportProblem:
+        """`invalid()`'s or `bad_file()`'s refusal as an ImportProblem."""
+        return cls(*refusal.args)
 
 
 class NothingImported(UserError):
@@ -202,7 +209,7 @@ def load_yaml(path: Path) -> object:
     try:
         return yaml.load(path.read_text(encoding="utf-8"), Loader=HydraYaml)
     except (OSError, ValueError, yaml.YAMLError) as error:
-        raise ImportProblem(f"cannot read {path}: {str(error).splitlines()[0]}") from None
+        raise ImportProblem.of(bad_file(path, f"cannot be read: {str(error).splitlines()[0]}")) from None
 
 
 def hydra_settings(path: Path) -> dict | None:
@@ -244,13 +251,13 @@ def read_config(folder: Path) -> RunConfig | None:
     path = hydra / "config.yaml"
     content = load_yaml(path)
     if not isinstance(content, dict):
-        raise ImportProblem(f"{path} holds a {type(content).__name__}, not a run's config")
+        raise ImportProblem.of(bad_file(path, f"holds a {type(content).__name__}, not a run's config"))
     unrecorded: dict[str, str] = {}
     settled = settle(content, hydra_settings(hydra / "hydra.yaml"), unrecorded, "")
     try:
         node = OmegaConf.create(settled)
     except OmegaConfBaseException as error:
-        raise ImportProblem(f"cannot read {path}: {str(error).splitlines()[0]}") from None
+        raise ImportProblem.of(bad_file(path, f"cannot be read: {str(error).splitlines()[0]}")) from None
     return RunConfig(path, node, unrecorded)
 
 
@@ -396,7 +403,7 @@ def lm_eval_records(run: Evaluation) -> dict[tuple[str, str | None], float]:
 
 
 TOFU = Benchmark(
-    "TOFU", "forget_entities", CATALOGUE, tofu_aggregates(),
+    "TOFU", "forget_entities", CATALOGUE.selected(tofu.SELECTION), tofu_aggregates(),
     {"forget": {**qa_columns("forget"), "exact_memorization": ("exact_memorization", "score")},
      "retain": qa_columns("retain"), "holdout": {}},
     dataset=lambda run: "tofu",
@@ -406,7 +413,7 @@ TOFU = Benchmark(
     truth_ratio="forget_truth_ratio")
 
 MUSE = Benchmark(
-    "MUSE", "forget_corpus", MUSE_CATALOGUE,
+    "MUSE", "forget_corpus", CATALOGUE.selected(muse.SELECTION),
     (("verbmem_rouge", "forget", "forget_verbmem_ROUGE", "rougeL_f1", nan_mean),
      ("knowmem_rouge", "forget", "forget_knowmem_ROUGE", "rougeL_f1", nan_mean),
      ("knowmem_rouge", "retain", "retain_knowmem_ROUGE", "rougeL_f1", nan_mean),
@@ -416,7 +423,7 @@ MUSE = Benchmark(
     target=lambda run: "forget")
 
 WMDP = Benchmark(
-    "LMEval", "forget_corpus", WMDP_CATALOGUE, (), {},
+    "LMEval", "forget_corpus", CATALOGUE.selected(wmdp.SELECTION), (), {},
     dataset=lambda run: f"wmdp_{wmdp_subset(run)}", target=lambda run: "forget",
     markers=("LMEval_SUMMARY.json", "LMEval_EVAL.json"), records=lm_eval_records, judged=False)
 
@@ -480,7 +487,7 @@ def parse_row(number: int, cells: dict[str, str], base: Path) -> Row:
         if not text:
             raise ImportProblem("the 'path' column must name the folder of an evaluation; got nothing")
         if role not in ROLES:
-            raise ImportProblem(f"the 'role' column must be one of {', '.join(ROLES)}; got {role!r} instead")
+            raise ImportProblem.of(invalid("role", "the manifest", f"one of {', '.join(ROLES)}", repr(role), "column"))
         if (role == "unlearned") != (method is not None):
             raise ImportProblem("the 'method' column must name the method of an unlearned run and be empty "
                                 f"otherwise; got {method!r} for role {role}")
@@ -622,11 +629,11 @@ def read_json(path: Path) -> dict:
     try:
         content = json.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
-        raise ImportProblem(f"cannot read {path}: {error.strerror or error}") from None
+        raise ImportProblem.of(bad_file(path, f"cannot be read: {error.strerror or error}")) from None
     except ValueError as error:
-        raise ImportProblem(f"{path} is not JSON: {error}") from None
+        raise ImportProblem.of(bad_file(path, f"is not JSON: {error}")) from None
     if not isinstance(content, dict):
-        raise ImportProblem(f"{path} holds a {type(content).__name__}, not an object of metrics")
+        raise ImportProblem.of(bad_file(path, f"holds a {type(content).__name__}, not an object of metrics"))
     return content
 
 

@@ -20,10 +20,10 @@ from unlearnbench.core.relearn import Measurement, Relearning, RelearnSettings
 from unlearnbench.runtime import interrupt
 from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.seeding import global_seed
-from unlearnbench.tasks.text.evaluate import FORGET
-from unlearnbench.tasks.text.losses import sequence_nll, shifted, token_mean_nll
-from unlearnbench.tasks.text.train import Items, answer_tokens, forward, global_mean, set_up_adamw
-from unlearnbench.tasks.text.train import step as update
+from unlearnbench.tasks.text.benchmarks.tofu import FORGET
+from unlearnbench.tasks.text.model.losses import sequence_nll, shifted, token_mean_nll
+from unlearnbench.tasks.text.model.train import Items, answer_tokens, forward, global_mean, set_up_adamw
+from unlearnbench.tasks.text.model.train import step as update
 
 
 def relearn_records(records: list[dict], examples: int | None, generator: torch.Generator) -> list[dict]:

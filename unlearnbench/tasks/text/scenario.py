@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from unlearnbench.runtime.errors import UserError
-from unlearnbench.tasks.text.data import FIXED_SPLITS, TextData
+from unlearnbench.tasks.text.data.records import FIXED_SPLITS, TextData
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from unlearnbench.runtime.errors import UserError
+from unlearnbench.runtime.errors import UserError, bad_file
 from unlearnbench.tasks.image.data.base import ImageData, ImageSource, check_labels, one_line
 
 CIFAR_PAGE = "https://www.cs.toronto.edu/~kriz/cifar.html"
@@ -55,7 +55,7 @@ class CifarUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> object:
         found = ADMITTED.get((module, name))
         if found is None:
-            raise UserError(f"{self.path}: refusing to unpickle {module}.{name} (not part of the CIFAR format)")
+            raise bad_file(self.path, f"refusing to unpickle {module}.{name} (not part of the CIFAR format)")
         return found
 
 
@@ -68,9 +68,9 @@ def read_pickle(path: Path, source: str) -> dict[str, object]:
     except UserError:
         raise
     except Exception as error:  # damaged bytes can make the unpickler raise nearly any type
-        raise UserError(f"{path}: not a readable CIFAR pickle ({one_line(error)}); {source}") from error
+        raise bad_file(path, f"not a readable CIFAR pickle ({one_line(error)}); {source}") from error
     if not isinstance(content, dict):
-        raise UserError(f"{path}: holds a {type(content).__name__}, not the dict of a CIFAR file; {source}")
+        raise bad_file(path, f"holds a {type(content).__name__}, not the dict of a CIFAR file; {source}")
     return {(k.decode("latin1") if isinstance(k, bytes) else k): v for k, v in content.items()}
 
 
@@ -78,13 +78,13 @@ def entry(content: dict[str, object], key: str, path: Path, source: str) -> obje
     """`content[key]`, or a `UserError` naming the file and the entries it does hold."""
     if key not in content:
         held = ", ".join(sorted(str(k) for k in content)) or "nothing"
-        raise UserError(f"{path}: no '{key}' entry (it holds {held}); a damaged or foreign file; {source}")
+        raise bad_file(path, f"no '{key}' entry (it holds {held}); a damaged or foreign file; {source}")
     return content[key]
 
 
 def as_names(values: object, path: Path, key: str) -> list[str]:
     if not isinstance(values, list | tuple) or not all(isinstance(v, str | bytes) for v in values):
-        raise UserError(f"{path}: '{key}' is not a list of class names")
+        raise bad_file(path, f"'{key}' is not a list of class names")
     return [v.decode("latin1") if isinstance(v, bytes) else v for v in values]
 
 
@@ -93,8 +93,8 @@ def as_images(rows: object, path: Path) -> torch.Tensor:
     if not isinstance(rows, np.ndarray) or rows.dtype != np.uint8 or rows.ndim != 2 or rows.shape[1] != ROW:
         found = (f"a {rows.dtype} array of shape {rows.shape}" if isinstance(rows, np.ndarray)
                  else f"a {type(rows).__name__}")
-        raise UserError(f"{path}: 'data' is {found}; expected a uint8 array of shape (N, {ROW}), one row per "
-                        f"3 × 32 × 32 image")
+        raise bad_file(path, f"'data' is {found}; expected a uint8 array of shape (N, {ROW}), one row per "
+                       f"3 × 32 × 32 image")
     return torch.from_numpy(rows.reshape(-1, 3, 32, 32).copy())
 
 
@@ -102,7 +102,7 @@ def as_labels(values: object, path: Path, key: str, classes: int) -> torch.Tenso
     """Integer labels, each naming one of `classes` classes."""
     array = np.asarray(values) if isinstance(values, list | tuple | np.ndarray) else None
     if array is None or array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)):
-        raise UserError(f"{path}: '{key}' is not a list of integer labels")
+        raise bad_file(path, f"'{key}' is not a list of integer labels")
     check_labels(array, classes, f"{path}: '{key}'")
     return torch.as_tensor(array.astype(np.int64))
 
@@ -114,7 +114,7 @@ def read_batch(path: Path, source: str, label_keys: dict[str, int]) -> tuple[tor
     labels = [as_labels(entry(content, key, path, source), path, key, classes) for key, classes in label_keys.items()]
     for key, values in zip(label_keys, labels, strict=True):
         if len(values) != len(images):
-            raise UserError(f"{path}: {len(images)} images but {len(values)} '{key}'; the counts must match")
+            raise bad_file(path, f"{len(images)} images but {len(values)} '{key}'; the counts must match")
     return images, labels
 
 

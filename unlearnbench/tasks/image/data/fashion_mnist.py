@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from unlearnbench.runtime.errors import UserError
+from unlearnbench.runtime.errors import UserError, bad_file
 from unlearnbench.tasks.image.data.base import ImageData, ImageSource, check_labels, one_line
 
 CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
@@ -32,7 +32,7 @@ def read_bytes(path: Path, source: str) -> bytes:
                 return f.read()
         return path.read_bytes()
     except (OSError, EOFError, zlib.error) as error:
-        raise UserError(f"{path}: cannot be read ({one_line(error)}); {source}") from error
+        raise bad_file(path, f"cannot be read ({one_line(error)}); {source}") from error
 
 
 def read_idx(path: Path, magic: int, source: str = SOURCE) -> np.ndarray:
@@ -40,18 +40,18 @@ def read_idx(path: Path, magic: int, source: str = SOURCE) -> np.ndarray:
     raw = read_bytes(path, source)
     found = int.from_bytes(raw[:4], "big")
     if len(raw) >= 4 and found != magic:
-        raise UserError(f"{path} is not an IDX file of this kind: magic {found:#010x}, expected {magic:#010x}; "
-                        f"{source}")
+        raise bad_file(path, f"not an IDX file of this kind: magic {found:#010x}, expected {magic:#010x}; "
+                       f"{source}")
     ndim = magic & 0xFF
     start = 4 + 4 * ndim
     if len(raw) < start:
-        raise UserError(f"{path}: truncated: {len(raw)} bytes, fewer than the {start} of the IDX header; {source}")
+        raise bad_file(path, f"truncated: {len(raw)} bytes, fewer than the {start} of the IDX header; {source}")
     shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
     expected = start + math.prod(shape)
     if len(raw) != expected:
         problem = "truncated" if len(raw) < expected else "too long"
-        raise UserError(f"{path}: {problem}: its header promises {' × '.join(map(str, shape))} values "
-                        f"({expected} bytes with the header) but it holds {len(raw)} bytes; {source}")
+        raise bad_file(path, f"{problem}: its header promises {' × '.join(map(str, shape))} values "
+                       f"({expected} bytes with the header) but it holds {len(raw)} bytes; {source}")
     return np.frombuffer(raw, dtype=np.uint8, offset=start).reshape(shape)
 
 

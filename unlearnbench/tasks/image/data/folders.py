@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from unlearnbench.runtime.errors import UserError, invalid
+from unlearnbench.runtime.errors import UserError, bad_file, invalid
 from unlearnbench.runtime.files import atomic_path, make_folder
 from unlearnbench.tasks.image.data.base import ImageData, ImageSource, one_line
 
@@ -146,9 +146,9 @@ class ImageFolder(ImageSource):
                 kept.append(k)
             except Exception as error:  # Pillow raises OSError, ValueError, SyntaxError… on damaged files
                 if not self.skip_unreadable:
-                    raise UserError(f"dataset {self.name}: cannot decode {path} ({one_line(error)}); remove or "
-                                    "replace it, or set dataset.skip_unreadable=true to leave such files out with "
-                                    "a warning") from error
+                    raise bad_file(path, f"cannot decode it as an image of dataset {self.name} ({one_line(error)}); "
+                                   "remove or replace it, or set dataset.skip_unreadable=true to leave such files "
+                                   "out with a warning") from error
                 log.warning("dataset %s: skipping %s, which cannot be decoded (%s)", self.name, path,
                             one_line(error))
         if not arrays:

@@ -81,7 +81,7 @@ def setting(value: Any, task: UnlearningTask) -> Any:
 class ImageMethod(BaseMethod):
     """The base of the image-classification methods: `unlearn(model, task)` with an `UnlearningTask`."""
 
-    task = "image_classification"
+    task = "image"
 
     def serves(self, scenario: Scenario) -> bool:
         return True

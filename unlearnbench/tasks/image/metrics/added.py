@@ -15,7 +15,7 @@ from unlearnbench.core.catalogue import Catalogue, Metric
 class SplitMetric(ABC):
     """One number per model and split, from the model's logits on the split's samples and their labels."""
 
-    task: ClassVar[str] = "image_classification"
+    task: ClassVar[str] = "image"
     declaration: ClassVar[Metric]
 
     @abstractmethod

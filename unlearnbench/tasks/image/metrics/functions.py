@@ -14,7 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from unlearnbench.core.catalogue import NO_SPLIT, RETRAINED, Metric
+
 LN2 = math.log(2)
+# the splits the metrics are scored on (`scoring.Scorer`), as records and roles name them
+FORGET_TRAIN, RETAIN_TRAIN, FORGET_TEST, RETAIN_TEST = "forget_train", "retain_train", "forget_test", "retain_test"
 
 
 def probabilities(logits: Tensor) -> Tensor:
@@ -30,6 +34,9 @@ def all_finite(*tensors: Tensor) -> bool:
     return all(bool(torch.isfinite(x).all()) for x in tensors)
 
 
+ACC = Metric("acc", "acc", RETRAINED, headline=(FORGET_TEST, RETAIN_TEST), figure=(FORGET_TEST, RETAIN_TEST))
+
+
 def accuracy(logits: Tensor, labels: Tensor) -> float:
     """Per-sample accuracy: the fraction of samples whose argmax is the label; NaN for non-finite logits, whose
     argmax is arbitrary (torch picks a NaN)."""
@@ -42,8 +49,14 @@ def per_sample_loss(logits: Tensor, labels: Tensor) -> Tensor:
     return F.cross_entropy(logits.double(), labels, reduction="none")
 
 
+LOSS = Metric("loss", "loss", RETRAINED)
+
+
 def mean_loss(logits: Tensor, labels: Tensor) -> float:
     return float(per_sample_loss(logits, labels).mean()) if len(labels) else math.nan
+
+
+ACTIVATION_DISTANCE = Metric("activation_distance", "act.dist", 0.0, headline=(FORGET_TRAIN,), figure=(FORGET_TRAIN,))
 
 
 def activation_distance(probs_r: Tensor, probs_u: Tensor) -> float:
@@ -65,6 +78,9 @@ def kl_to_mixture(log_p: Tensor, log_q: Tensor) -> Tensor:
     return torch.where(p > 0, p * ratio, torch.zeros_like(p))
 
 
+JS_DIVERGENCE = Metric("js_divergence", "JS", 0.0, headline=(FORGET_TRAIN,))
+
+
 def js_divergence(log_r: Tensor, log_u: Tensor) -> float:
     """Mean Jensen–Shannon divergence in bits, in [0, 1], from log-probabilities (`log_probabilities`):
     0 for identical outputs, 1 for disjoint one-hot ones. Each sample is clamped to [0, 1] against rounding."""
@@ -75,11 +91,17 @@ def js_divergence(log_r: Tensor, log_u: Tensor) -> float:
     return float(per_sample.clamp(0.0, 1.0).mean())  # clamp keeps a NaN (non-finite logits) as NaN
 
 
+COMPLETENESS = Metric("completeness", "completeness", 1.0)
+
+
 def completeness(logits_r: Tensor, logits_u: Tensor) -> float:
     """Fraction of samples on which M_u predicts what M_r predicts; 1 is best. NaN for non-finite logits."""
     if not len(logits_r) or not all_finite(logits_r, logits_u):
         return math.nan
     return float((logits_r.argmax(1) == logits_u.argmax(1)).double().mean())
+
+
+LAYER_DISTANCE = Metric("layer_distance", "layer dist", 0.0, headline=(NO_SPLIT,), figure=(NO_SPLIT,))
 
 
 def layer_distance(params_u: dict[str, Tensor], params_r: dict[str, Tensor]) -> float:
@@ -111,6 +133,9 @@ def attacker():
     return make_pipeline(StandardScaler(), LogisticRegression(class_weight="balanced"))
 
 
+MIA = Metric("mia", "MIA", RETRAINED, headline=(FORGET_TRAIN,))
+
+
 def entropy_mia(member_entropy: Tensor, nonmember_entropy: Tensor, forget_entropy: Tensor, max_members: int,
                 rng: np.random.Generator) -> float:
     """Fraction of D_f that a logistic-regression attacker on output entropy calls "member".
@@ -131,6 +156,9 @@ def entropy_mia(member_entropy: Tensor, nonmember_entropy: Tensor, forget_entrop
     return float(fitted.predict(attacker_features(forget_entropy)).mean())
 
 
+MIA_LOSS = Metric("mia_loss", "mia_loss", 0.5)  # an attacker at chance (docs/metrics.md)
+
+
 def loss_mia(forget_loss: Tensor, nonmember_loss: Tensor, folds: int, rng: np.random.Generator) -> float:
     """Cross-validated accuracy of a logistic-regression attacker telling D_f from unseen samples by their loss.
 
@@ -149,6 +177,9 @@ def loss_mia(forget_loss: Tensor, nonmember_loss: Tensor, folds: int, rng: np.ra
     targets = np.concatenate([np.ones(size), np.zeros(size)])
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=int(rng.integers(2**31)))
     return float(cross_val_score(attacker(), features, targets, cv=splitter).mean())
+
+
+TOW = Metric("tow", "tow", 1.0, headline=(NO_SPLIT,))
 
 
 def tug_of_war(delta_acc_retain_train: float, delta_acc_forget_train: float, delta_acc_retain_test: float) -> float:

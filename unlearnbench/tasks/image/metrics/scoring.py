@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from unlearnbench.core.catalogue import Metric
 from unlearnbench.core.result import finite
 from unlearnbench.runtime.seeding import streams
 from unlearnbench.runtime.state import full_state_dict
@@ -25,6 +26,13 @@ from unlearnbench.tasks.image.metrics.added import SplitMetric
 from unlearnbench.tasks.image.models.store import ModelStore
 
 Scores = dict[tuple[str, str | None], float | None]  # (metric, split) → value; split None for model-level metrics
+
+# `Scorer.comparison_scores`: a model's acc, loss and MIA minus the retrained model's, best at 0
+DELTA_ACC = Metric("delta_acc", "Δacc", 0.0, headline=(fn.FORGET_TEST, fn.RETAIN_TEST, fn.FORGET_TRAIN),
+                   leaderboard=(fn.FORGET_TRAIN, fn.FORGET_TEST, fn.RETAIN_TEST), figure=(fn.FORGET_TEST,))
+DELTA_LOSS = Metric("delta_loss", "Δloss", 0.0)
+DELTA_MIA = Metric("delta_mia", "ΔMIA", 0.0, headline=(fn.FORGET_TRAIN,), leaderboard=(fn.FORGET_TRAIN,),
+                   figure=(fn.FORGET_TRAIN,))
 
 
 @dataclass

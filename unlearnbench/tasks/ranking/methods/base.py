@@ -52,7 +52,7 @@ class FederatedTask:
 
 
 class FederatedMethod(Method):
-    task = "ltr"
+    task = "ranking"
 
     @abstractmethod
     def unlearn(self, trained: TrainedFederation, task: FederatedTask) -> Rounds:

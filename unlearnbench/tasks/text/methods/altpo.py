@@ -38,11 +38,11 @@ from torch import nn
 
 from unlearnbench.core.config import AT_LEAST_1, POSITIVE, Range
 from unlearnbench.runtime.seeding import streams
-from unlearnbench.tasks.text.data import chat_prompt, prompt_ids
-from unlearnbench.tasks.text.evaluate import Sampling, sampled
+from unlearnbench.tasks.text.evaluate.generation import Sampling, sampled
 from unlearnbench.tasks.text.methods.base import TextTask
 from unlearnbench.tasks.text.methods.idk_dpo import IdkDPO
-from unlearnbench.tasks.text.model import Encoder
+from unlearnbench.tasks.text.model.causal_lm import Encoder
+from unlearnbench.tasks.text.model.encoding import chat_prompt, prompt_ids
 
 VARIANTS = ("openunlearning", "own_samples")
 # community/methods/AltPO/generate.py's INST_QAS_LLAMA3_TEMPLATE(_QUERY): its system prompt, its instruction after

@@ -37,10 +37,18 @@ from unlearnbench.core.method import Method
 from unlearnbench.runtime import interrupt
 from unlearnbench.runtime.monitor import Cost
 from unlearnbench.runtime.seeding import Streams
-from unlearnbench.tasks.text.losses import kl_to_reference, token_mean_nll
-from unlearnbench.tasks.text.model import Encoder
+from unlearnbench.tasks.text.model.causal_lm import Encoder
+from unlearnbench.tasks.text.model.losses import kl_to_reference, token_mean_nll
+from unlearnbench.tasks.text.model.train import (
+    SCHEDULES,
+    Items,
+    accumulated_step,
+    adamw,
+    answer_tokens,
+    forward,
+    global_mean,
+)
 from unlearnbench.tasks.text.scenario import TextSplits
-from unlearnbench.tasks.text.train import SCHEDULES, Items, accumulated_step, adamw, answer_tokens, forward, global_mean
 
 RETAIN_LOSSES = ("nll", "kl")
 # The units a loss term averages over, counted on a batch: labelled next tokens (token-mean NLL), sequences (NPO,

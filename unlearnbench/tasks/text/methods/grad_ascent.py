@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from unlearnbench.tasks.text.losses import token_mean_nll
 from unlearnbench.tasks.text.methods.base import ForgetRetainMethod, TextTask
-from unlearnbench.tasks.text.train import forward
+from unlearnbench.tasks.text.model.losses import token_mean_nll
+from unlearnbench.tasks.text.model.train import forward
 
 
 class GradAscent(ForgetRetainMethod):

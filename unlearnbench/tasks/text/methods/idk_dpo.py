@@ -5,9 +5,9 @@ As OpenUnlearning's `DPO` handler with its idk experiment (src/trainer/unlearn/d
 configs/experiment/unlearn/tofu/idk.yaml): the preferred answer to a forget question is an "I don't know" answer,
 the rejected one the true answer; L_forget = −(2/β)·mean log σ(β(r_w − r_l)), r the log-ratio of the model to the
 frozen M_o; β = 0.1, γ = α = 1, an NLL retain term. The "I don't know" answers are the project's own list
-(`unlearnbench.tasks.text.data.IDK_ANSWERS`), not OpenUnlearning's `idk.jsonl`; each forget example draws one uniformly
-at every step, from the unlearning seed (the reference draws from the global RNG), as the rest of the global
-batch is drawn, whatever the number of ranks.
+(`unlearnbench.tasks.text.data.records.IDK_ANSWERS`), not OpenUnlearning's `idk.jsonl`; each forget example
+draws one uniformly at every step, from the unlearning seed (the reference draws from the global RNG), as the rest
+of the global batch is drawn, whatever the number of ranks.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import ClassVar
 from torch import Tensor, nn
 
 from unlearnbench.core.config import POSITIVE, Range
-from unlearnbench.tasks.text import losses
-from unlearnbench.tasks.text.data import IDK_ANSWERS, collate
+from unlearnbench.tasks.text.data.records import IDK_ANSWERS
 from unlearnbench.tasks.text.methods.base import ForgetRetainMethod, TextTask
 from unlearnbench.tasks.text.methods.npo import nll_pair
+from unlearnbench.tasks.text.model import losses
+from unlearnbench.tasks.text.model.encoding import collate
 
 
 class IdkDPO(ForgetRetainMethod):

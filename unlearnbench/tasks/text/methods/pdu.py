@@ -32,10 +32,10 @@ from torch import Tensor, nn
 
 from unlearnbench.core.config import AT_LEAST_0, POSITIVE, Range
 from unlearnbench.runtime import interrupt
-from unlearnbench.tasks.text import losses
-from unlearnbench.tasks.text.data import IGNORE
 from unlearnbench.tasks.text.methods.base import UNITS, ForgetRetainMethod, TextTask
-from unlearnbench.tasks.text.train import forward, global_mean
+from unlearnbench.tasks.text.model import losses
+from unlearnbench.tasks.text.model.encoding import IGNORE
+from unlearnbench.tasks.text.model.train import forward, global_mean
 
 UPDATES = ("step", "epoch")
 TWICE_ORIGINAL = "twice M_o's retain loss"  # the `unlearnbench` variant's ε: measured on M_o when the method starts

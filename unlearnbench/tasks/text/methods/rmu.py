@@ -22,9 +22,9 @@ from torch import Tensor, nn
 
 from unlearnbench.core.config import AT_LEAST_0, POSITIVE, Range
 from unlearnbench.runtime.errors import UserError
-from unlearnbench.tasks.text import losses
 from unlearnbench.tasks.text.methods.base import ForgetRetainMethod, TextTask
-from unlearnbench.tasks.text.train import forward
+from unlearnbench.tasks.text.model import losses
+from unlearnbench.tasks.text.model.train import forward
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:

@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 from torch import Tensor, nn
 
 from unlearnbench.core.config import AT_LEAST_0, Range
-from unlearnbench.tasks.text import losses
 from unlearnbench.tasks.text.methods.base import ForgetRetainMethod, TextTask
-from unlearnbench.tasks.text.train import forward
+from unlearnbench.tasks.text.model import losses
+from unlearnbench.tasks.text.model.train import forward
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "openunlearning": {"gamma": 0.1, "alpha": 1.0},  # configs/trainer/SatImp.yaml

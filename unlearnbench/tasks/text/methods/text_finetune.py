@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from torch import nn
 
 from unlearnbench.tasks.text.methods.base import TextMethod, TextTask
-from unlearnbench.tasks.text.train import fine_tune
+from unlearnbench.tasks.text.model.train import fine_tune
 
 
 class TextFinetune(TextMethod):

@@ -15,9 +15,9 @@ import torch
 from torch import Tensor, nn
 
 from unlearnbench.core.config import POSITIVE, Range
-from unlearnbench.tasks.text import losses
 from unlearnbench.tasks.text.methods.base import ForgetRetainMethod, TextTask
-from unlearnbench.tasks.text.train import forward
+from unlearnbench.tasks.text.model import losses
+from unlearnbench.tasks.text.model.train import forward
 
 
 class UNDIAL(ForgetRetainMethod):

@@ -16,9 +16,9 @@ from typing import ClassVar
 from torch import Tensor, nn
 
 from unlearnbench.core.config import AT_LEAST_0, Range
-from unlearnbench.tasks.text import losses
 from unlearnbench.tasks.text.methods.base import ForgetRetainMethod, TextTask
-from unlearnbench.tasks.text.train import forward
+from unlearnbench.tasks.text.model import losses
+from unlearnbench.tasks.text.model.train import forward
 
 
 class WGA(ForgetRetainMethod):
