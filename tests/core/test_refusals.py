@@ -75,11 +75,6 @@ class Pending:
 
 
 PENDING = [
-    # report/compute catches ValueError from these (forget_quality.py's `except ValueError` lines): converted with them.
-    Pending("unlearnbench/report/compute/forgetting.py", "raise ValueError",
-            "lead: forget_quality.py catches them as ValueError; convert the raise and the except lines together"),
-    Pending("unlearnbench/report/compute/forget_quality.py", "raise ValueError",
-            "lead: score_pool's callers catch it as ValueError; convert with them"),
     # Kept, not pending: no refusal but a spawned rank's process ending with status 1 and no traceback, its parent
     # reading why from the job folder (runtime/ranks.py `_in_step`); no user's error passes there.
     Pending("unlearnbench/runtime/ranks.py", "SystemExit", "kept: a spawned rank's quiet end"),

@@ -23,6 +23,7 @@ from unlearnbench.report.compute.forgetting import (
     points,
     score,
 )
+from unlearnbench.runtime.errors import UserError
 
 # ------------------------------------------------------------------------------------- the reference, literally
 
@@ -255,9 +256,9 @@ def test_score_multiplies_the_accuracy_ratios_and_is_nan_where_undefined():
 
 
 def test_inputs_are_checked():
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         epsilons(np.zeros((4, 3)), np.zeros((5, 3)))
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         epsilons(np.full((4, 3), np.nan), np.zeros((4, 3)))
 
 
@@ -304,7 +305,7 @@ def test_the_null_of_pools_too_small_to_score_is_every_splits_forget_quality(n):
     scored = [forget_quality(pooled[row[:n]], pooled[row[n:]]) for row in order]
     np.testing.assert_array_equal(null, scored)
     assert null.shape == (7,)
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         null_qualities(u, np.full_like(r, np.nan), permutations=7)
 
 

@@ -18,6 +18,7 @@ from unlearnbench.report.build import build_report
 from unlearnbench.report.compute.forget_quality import KLOM_COLUMNS, QUALITY_COLUMNS, forget_quality, load_examples
 from unlearnbench.report.compute.forgetting import klom, klom_summary, null_kloms, null_orders
 from unlearnbench.report.render.words import text
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.image.catalogue import CATALOGUE as IMAGE
 from unlearnbench.tasks.ranking.catalogue import CATALOGUE as RANKING
 from unlearnbench.tasks.text.catalogue import CATALOGUE as TEXT
@@ -106,11 +107,11 @@ def test_the_largest_margin_counts_where_the_reference_drops_it():
 
 
 def test_inputs_are_checked():
-    with pytest.raises(ValueError, match="one shape"):
+    with pytest.raises(UserError, match="one shape"):
         klom(np.zeros((4, 3)), np.zeros((5, 3)))
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(UserError, match="NaN"):
         klom(np.full((4, 3), np.nan), np.zeros((4, 3)))
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(UserError, match="NaN"):
         null_kloms(np.zeros((4, 3)), np.full((4, 3), np.nan), permutations=5)
 
 

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import REPO, TINY, results, run_cli, run_in_process, script
 
-from tests.helpers import REPO, TINY, results, run_cli, run_in_process, script
 from unlearnbench.report import build
 from unlearnbench.tasks.image.metrics.examples import ImageExamples, confidence_and_loss
 

@@ -44,6 +44,7 @@ from unlearnbench.report.compute.analysis import sort_rows
 from unlearnbench.report.compute.notes import Note
 from unlearnbench.report.compute.seed_design import SIGNIFICANT, wilson
 from unlearnbench.report.read.catalogue import legacy_catalogue
+from unlearnbench.runtime.errors import UserError
 
 FORGET_PERMUTATIONS = forgetting.NULL_PERMUTATIONS  # random splits behind each F's null (`report.permutations`)
 KLOM_KINDS = ("forget", "retain", "test")  # KLOM's columns of D_f, D_r and D'_r (`split_kinds`)
@@ -265,13 +266,13 @@ def score_pool(unlearned: np.ndarray, retrained: np.ndarray, permutations: int) 
 
 def klom_matrices(pool: list[Job], folders: list[str], method: str, kind: str) -> tuple[np.ndarray, np.ndarray]:
     """(unlearned N × E, retrained N × E) margins of the split `kind` on the examples that every model of both pools
-    holds (ascending index), over the jobs in `folders`, in their order; a ValueError where one model lists an
+    holds (ascending index), over the jobs in `folders`, in their order; a UserError where one model lists an
     example twice."""
     by_folder = {job.folder: job for job in pool}
     series = [by_folder[folder].margins.get((role, method if role == "unlearned" else None, kind), pd.Series())
               for role in ("unlearned", "retrained") for folder in folders]
     if any(s.index.has_duplicates for s in series):
-        raise ValueError(f"a model lists an example of its {kind} split twice")
+        raise UserError(f"a model lists an example of its {kind} split twice")
     common = functools.reduce(np.intersect1d, [s.index.to_numpy(dtype=np.int64) for s in series])
     margins = np.stack([s.reindex(common).to_numpy(dtype=float) for s in series])
     return margins[:len(folders)], margins[len(folders):]
@@ -333,12 +334,12 @@ def pool_rows(group: tuple, keys: list[str], design: str, seed: int | None, pool
             continue
         try:
             scored = score_pool(unlearned, retrained, permutations)
-        except ValueError as error:
+        except UserError as error:
             problems.append(Note("not_scored", {**where, "method": method, "error": str(error)}))
             continue
         try:
             kloms = klom_scores(pool, folders, method, permutations)
-        except ValueError as error:  # F stands without it
+        except UserError as error:  # F stands without it
             problems.append(Note("no_klom", {**where, "method": method, "error": str(error)}))
             kloms = {}
         competition = competition_columns(values, folders, group[-1], method, scored["forget_quality"],

@@ -55,6 +55,8 @@ import math
 import numpy as np
 from scipy import stats
 
+from unlearnbench.runtime.errors import UserError
+
 DELTA = 1e-5
 EPSILON_CAP = 50.0  # ε of a peaky example and the largest ε
 CAP_RATIO = 0.01  # an example whose smaller range is below 1% of the larger scores EPSILON_CAP outright
@@ -108,11 +110,11 @@ def score(f: float, acc_u_retain: float, acc_r_retain: float, acc_u_test: float,
 def _pools(unlearned: np.ndarray, retrained: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     u, r = np.asarray(unlearned, dtype=np.float64), np.asarray(retrained, dtype=np.float64)
     if u.ndim != 2 or u.shape != r.shape or not u.size:
-        raise ValueError(f"expected two non-empty [models, examples] arrays of one shape, got {u.shape}, {r.shape}")
+        raise UserError(f"expected two non-empty [models, examples] arrays of one shape, got {u.shape}, {r.shape}")
     if not (np.all(np.isfinite(u)) and np.all(np.isfinite(r))):
-        raise ValueError("confidences must be finite")
+        raise UserError("confidences must be finite")
     if max(np.abs(u).max(), np.abs(r).max()) > MAX_CONFIDENCE:
-        raise ValueError(f"confidences beyond ±{MAX_CONFIDENCE:g} are not logit-scaled confidences")
+        raise UserError(f"confidences beyond ±{MAX_CONFIDENCE:g} are not logit-scaled confidences")
     return u, r
 
 
@@ -438,11 +440,11 @@ def lira(unlearned: np.ndarray, retrained: np.ndarray) -> dict[str, float]:
     u, r = np.asarray(unlearned, dtype=np.float64), np.asarray(retrained, dtype=np.float64)
     nan = {"auc": math.nan, "tpr_at_1pct": math.nan, "tpr_at_0_1pct": math.nan}
     if u.ndim != 2 or r.ndim != 2 or u.shape[1] != r.shape[1]:
-        raise ValueError(f"expected [models, examples] arrays over the same examples, got {u.shape}, {r.shape}")
+        raise UserError(f"expected [models, examples] arrays over the same examples, got {u.shape}, {r.shape}")
     if r.shape[0] < 3 or not u.size:
         return nan
     if not (np.all(np.isfinite(u)) and np.all(np.isfinite(r))):
-        raise ValueError("confidences must be finite")
+        raise UserError("confidences must be finite")
     mean, var = _gaussian_fit(r)
     out_mean, out_var = _leave_one_out_fit(r)
     if r.shape[0] - 1 < LIRA_PER_EXAMPLE_MODELS:
@@ -464,9 +466,9 @@ def _margin_pools(unlearned: np.ndarray, retrained: np.ndarray) -> tuple[np.ndar
     """The pools as float64 [N, E] of one shape (ValueError otherwise); ±∞ is allowed (clipped), NaN is not."""
     u, r = np.asarray(unlearned, dtype=np.float64), np.asarray(retrained, dtype=np.float64)
     if u.ndim != 2 or u.shape != r.shape or not u.size:
-        raise ValueError(f"expected two non-empty [models, examples] arrays of one shape, got {u.shape}, {r.shape}")
+        raise UserError(f"expected two non-empty [models, examples] arrays of one shape, got {u.shape}, {r.shape}")
     if np.isnan(u).any() or np.isnan(r).any():
-        raise ValueError("margins must not be NaN")
+        raise UserError("margins must not be NaN")
     return u, r
 
 
