@@ -115,6 +115,15 @@ class Catalogue:
     gold_standards: frozenset[str] = frozenset()  # methods whose M_u is M_r by construction
     derived: tuple[Derived, ...] = ()
     per_example: PerExample | None = None  # None: the task writes no examples.parquet the report can score
+    plane: tuple[str, str] | None = None  # ("metric:split" of the forgetting axis, of the utility axis; "metric"
+    # alone for a metric without a split): the plane the report draws each method's path in; None: no such plane
+
+    def __post_init__(self) -> None:
+        if self.plane is not None:
+            plane = tuple(self.plane) if isinstance(self.plane, list | tuple) else self.plane
+            if not (isinstance(plane, tuple) and len(plane) == 2 and all(isinstance(a, str) and a for a in plane)):
+                raise invalid("plane", "a catalogue", "two 'metric:split' names or None", repr(self.plane))
+            object.__setattr__(self, "plane", plane)
 
     def __add__(self, other: Catalogue) -> Catalogue:
         return Catalogue.union((self, other))
@@ -128,7 +137,8 @@ class Catalogue:
         its facts differ (label, ideal, scale: results of different versions), the results cannot be ranked as one:
         its ideal is None where the ideals differ (shown, never marked, not rankable, no leaderboard metric), and its
         label and scale are those that come first as text (`Catalogue.disagreements` names it). A split labelled
-        differently takes the label first as text; differing per-example declarations, likewise the first as text."""
+        differently takes the label first as text; differing per-example declarations, likewise the first as text,
+        and differing planes, the first as text."""
         catalogues = list(catalogues)
         declarations, labels = defaultdict(set), defaultdict(set)  # name → its declarations; split → its labels
         for catalogue in catalogues:
@@ -141,9 +151,10 @@ class Catalogue:
         derived = tuple(min((d for d in declarations[name] if isinstance(d, Derived)), key=as_text)
                         for name in ordered(tuple(d.name for d in c.derived) for c in catalogues))
         per_example = {as_text(c.per_example): c.per_example for c in catalogues if c.per_example}
+        planes = {c.plane for c in catalogues if c.plane}
         return cls(metrics, {split: min(labels[split]) for split in ordered(tuple(c.splits) for c in catalogues)},
                    frozenset().union(*(c.gold_standards for c in catalogues)), derived,
-                   per_example[min(per_example)] if per_example else None)
+                   per_example[min(per_example)] if per_example else None, min(planes) if planes else None)
 
     @staticmethod
     def disagreements(catalogues: Iterable[Catalogue]) -> list[str]:
@@ -165,7 +176,7 @@ class Catalogue:
         names = {m.name for m in metrics}
         return Catalogue(metrics, {split: self.splits[split] for split in selection.splits}, self.gold_standards,
                          tuple(d for d in self.derived if d.source in names and d.name in names),
-                         self.per_example if selection.per_example else None)
+                         self.per_example if selection.per_example else None, self.plane_within(names))
 
     def metric(self, name: str) -> Metric | None:
         return next((m for m in self.metrics if m.name == name), None)
@@ -197,12 +208,22 @@ class Catalogue:
         derived = tuple(d for d in self.derived if d.source in names)
         names |= {d.name for d in derived}
         return Catalogue(tuple(m for m in self.metrics if m.name in names), dict(self.splits), self.gold_standards,
-                         derived, self.per_example)
+                         derived, self.per_example, self.plane_within(names))
+
+    def plane_within(self, names: Iterable[str]) -> tuple[str, str] | None:
+        """The plane where both its axes' metrics are among `names` (a selection, the recorded metrics), else None."""
+        names = set(names)
+        return self.plane if self.plane and all(axis_of(a)[0] in names for a in self.plane) else None
+
+    def plane_axes(self) -> tuple[tuple[str, str], tuple[str, str]] | None:
+        """((metric, split) of the forgetting axis, of the utility axis), or None where no plane is declared."""
+        return None if self.plane is None else (axis_of(self.plane[0]), axis_of(self.plane[1]))
 
     def as_dict(self) -> dict:
         return {"metrics": [m.as_dict() for m in self.metrics], "splits": dict(self.splits),
                 "gold_standards": sorted(self.gold_standards), "derived": [d.as_dict() for d in self.derived],
-                "per_example": self.per_example.as_dict() if self.per_example else None}
+                "per_example": self.per_example.as_dict() if self.per_example else None,
+                "plane": list(self.plane) if self.plane else None}
 
     @classmethod
     def from_dict(cls, content: dict) -> Catalogue:
@@ -211,7 +232,8 @@ class Catalogue:
             catalogue = cls(tuple(Metric(**m) for m in content.get("metrics", [])), dict(content.get("splits", {})),
                             frozenset(content.get("gold_standards", [])),
                             tuple(Derived(**d) for d in content.get("derived", [])),
-                            PerExample(**content["per_example"]) if content.get("per_example") else None)
+                            PerExample(**content["per_example"]) if content.get("per_example") else None,
+                            content.get("plane"))  # absent (a result from before planes): None
         except (TypeError, AttributeError, UserError) as error:
             raise SchemaError(f"not a metric catalogue: {error}") from None
         wrong = [value for value in catalogue.texts() if not isinstance(value, str)]
@@ -226,7 +248,7 @@ class Catalogue:
         return [*(v for m in self.metrics for v in (m.name, m.label, *m.headline, *m.leaderboard, *m.figure)),
                 *self.splits, *self.splits.values(), *self.gold_standards,
                 *(v for d in self.derived for v in (d.name, d.source, d.split, d.column, d.statistic)),
-                *per_example]
+                *per_example, *(self.plane or ())]
 
 
 @dataclass(frozen=True)
@@ -249,6 +271,12 @@ class Selection:
     metrics: tuple[Roles, ...]
     splits: tuple[str, ...]
     per_example: bool = True
+
+
+def axis_of(name: str) -> tuple[str, str]:
+    """(metric, split) of a plane's axis, "metric:split" or "metric" (`NO_SPLIT`)."""
+    metric, _, split = name.partition(":")
+    return metric, split
 
 
 def as_text(declaration) -> str:
@@ -332,4 +360,4 @@ def declared(task: dict) -> Catalogue:
 def with_core(own: Catalogue) -> Catalogue:
     """A task's declarations with the core's metrics after its own: what every job of the task may record."""
     return Catalogue((*own.metrics, *CORE.metrics), {**CORE.splits, **own.splits}, own.gold_standards, own.derived,
-                     own.per_example)
+                     own.per_example, own.plane)

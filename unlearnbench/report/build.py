@@ -40,6 +40,14 @@
     forget_quality_across_seeds.csv  F of the A(i) (mean, std, range) against B's, per method
     curves.csv                     training loss, accuracy and learning rate per epoch of every distinct M_o, M_r
                                    and training method's model (a cached model's curve once)
+    dynamics.csv                   where jobs record metrics along the methods' steps (`step` records, issue 58's
+                                   `evaluation.during`): per method, metric, split and step the mean over training
+                                   seeds (unlearning seeds pooled within a training seed first), its 95% t-interval
+                                   across training seeds, I, the epoch, and M_o's and M_r's means as references
+                                   (compute/dynamics.py); step records enter no other table
+    dynamics_by_seed.csv           the same per training seed (its unlearning seeds' mean)
+    dynamics_best.csv              per method and headline metric: the step whose mean is closest to the ideal, and
+                                   the spread of each training seed's own best step
     report.md                      the tables in Markdown, warnings, figures, failed jobs and methods
     figures/*.png
 
@@ -60,6 +68,7 @@ import pandas as pd
 from unlearnbench.report.compute import stats
 from unlearnbench.report.compute.analysis import CONFIG, OPTIONAL_CONFIG, Study, analyse
 from unlearnbench.report.compute.derived import derived_records
+from unlearnbench.report.compute.dynamics import analyse_dynamics
 from unlearnbench.report.compute.forget_quality import FORGET_PERMUTATIONS, forget_quality, load_examples
 from unlearnbench.report.compute.leaderboard import RESAMPLES, chosen_metrics, leaderboards
 from unlearnbench.report.compute.leaderboard import tables as leaderboard_tables
@@ -139,6 +148,7 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
     study.curves, curve_warnings = curve_table(jobs, study.keys)
     study.leaderboard = leaderboards(study.values, study.keys, ranked_by, catalogue, resamples)
     study.powers = seed_powers(study, None if compare is None else list(compare), min_difference)
+    analyse_dynamics(study, jobs)
     ranked, pairs = leaderboard_tables(study.leaderboard, study.keys)
     for name, table in (("summary", study.summary), ("table", study.table), ("seed_variance", study.variance),
                         ("seed_variance_by_seed", study.variance_by_seed),
@@ -149,7 +159,8 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
                         ("forget_quality", study.forgetting.quality),
                         ("forget_quality_by_example", study.forgetting.by_example),
                         ("forget_quality_across_seeds", study.forgetting.across), ("curves", study.curves),
-                        ("leaderboard", ranked), ("leaderboard_pairs", pairs)):
+                        ("leaderboard", ranked), ("leaderboard_pairs", pairs), ("dynamics", study.dynamics),
+                        ("dynamics_by_seed", study.dynamics_by_seed), ("dynamics_best", study.dynamics_best)):
         write(out / f"{name}.csv", lambda path, table=table: worded(table).to_csv(path, index=False))
     warnings = [*map(text, study.warnings), *read_warnings(jobs), *map(text, study.forgetting.left_out),
                 *curve_warnings]

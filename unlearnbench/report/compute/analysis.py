@@ -10,7 +10,9 @@ Vocabulary (docs/seed-study.md):
 - the single-training-seed design A(i) = {Z_ij : j}; the multi-training-seed design B = {Z_i1 : i}, where Z_i1 is the
   job of training seed i with the smallest unlearning seed (then evaluation seed);
 - records with a `round` (the ranking task's NDCG@10 per round) enter the statistics with their last round only;
-  every round goes into `summary.csv` and the trajectory figures.
+  every round goes into `summary.csv` and the trajectory figures;
+- records with a `step` (the metrics along a method's steps) never reach these tables: `read/collect.py` keeps them
+  out of the records' frame, and `dynamics.py` alone reads them.
 
 Only complete jobs enter the statistics (a failed job's partial records stay in `results.csv`, with its status),
 and only finite values: an inf or nan counts as missing (`collect` warns about them).
@@ -79,6 +81,11 @@ class Study:
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)  # `curves.curve_table`, filled by the report's build
     leaderboard: list = field(default_factory=list)  # `leaderboard.Board` per configuration, filled by the build
     catalogue: Catalogue = field(default_factory=Catalogue)
+    # the metrics along the methods' steps (compute/dynamics.py), filled by the report's build; never in the above
+    dynamics: pd.DataFrame = field(default_factory=pd.DataFrame)
+    dynamics_by_seed: pd.DataFrame = field(default_factory=pd.DataFrame)
+    dynamics_best: pd.DataFrame = field(default_factory=pd.DataFrame)
+    dynamics_paths: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def groups(self) -> list[str]:
@@ -91,10 +98,10 @@ class Study:
 
     @property
     def wants_figures(self) -> bool:
-        """Something to draw: seed spread, per-round records or training curves (a single job's curves still show
-        an under-trained or diverged model)."""
+        """Something to draw: seed spread, per-round records, training curves (a single job's curves still show
+        an under-trained or diverged model) or records along the methods' steps."""
         return (self.has_seed_spread or not self.rounds.empty or not self.curves.empty
-                or any(board.significance for board in self.leaderboard))
+                or any(board.significance for board in self.leaderboard) or not self.dynamics.empty)
 
 
 def prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[Note]]:

@@ -3,11 +3,11 @@
 A result of schema 2 carries the catalogue of the metrics it recorded (`catalogue`). A result written before
 results carried one (schema 1: no `catalogue`) is read with the frozen legacy catalogue of its task (`job.task`),
 from `legacy_catalogue.json`: what each task declared when schema 2 began, the core's metrics with it (and each
-metric's `scale`, declared later, which held for those metrics all along), so an old sweep is reported as it always
-was. The tasks' declarations differ (the splits their per-example scores read, for
-one: `per_example`), so the file holds one catalogue per task; a result that names no task the file knows is read
-with the union of them all. A damaged catalogue costs its result nothing but its declarations: the legacy catalogue
-of its task stands in, and the report says which file.
+metric's `scale` and each task's forgetting–utility `plane`, declared later, which held for those metrics all
+along), so an old sweep is reported as it always was. The tasks' declarations differ (the splits their
+per-example scores read, for one: `per_example`), so the file holds one catalogue per task; a result that names no
+task the file knows is read with the union of them all. A damaged catalogue costs its result nothing but its
+declarations: the legacy catalogue of its task stands in, and the report says which file.
 The report imports no task: declarations reach it through the files alone.
 """
 

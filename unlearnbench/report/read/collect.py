@@ -6,6 +6,10 @@ field named as one of the report's own columns, counts as a failed job, listed w
 file and the problem; a damaged metric catalogue costs only its declarations (`catalogue.py`). Non-finite values
 (JSON `Infinity`, `NaN`) are treated as missing, and counted for a warning, so that one diverged run cannot turn
 every mean into inf.
+
+A record with a `step` (an evaluation along a method's unlearning, issue 58's `evaluation.during`) is no final
+record: it never enters the frame, so no statistic of the final models sees it. Its job dict keeps it (`steps`), for
+`compute/dynamics.py` alone.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import pandas as pd
 
 from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.core.files import RESULT
-from unlearnbench.core.result import SchemaError, check_failures, read_result
+from unlearnbench.core.result import INT64, SchemaError, check_failures, read_result
 from unlearnbench.report.read.catalogue import disagreement_warning, merged, result_catalogue, result_legacy
 
 log = logging.getLogger(__name__)
@@ -63,8 +67,9 @@ def load_results(folders: list[Path]) -> tuple[pd.DataFrame, list[dict]]:
     Besides its fields, a job dict holds `numerics_identity`, `catalogue` (the declarations of its metrics, see
     `catalogue_of`), and where they apply `non_finite` ({metric: count} of the values treated as missing),
     `damaged_catalogue` (why its own catalogue was not read), `failures` (its methods that failed, from the file's
-    `failures` list), `problems` (parts of the file that were ignored; see `read_warnings`) and `curves` (the file's
-    training curves as written, checked only by `curves.curve_table`: a malformed curve costs no job).
+    `failures` list), `problems` (parts of the file that were ignored; see `read_warnings`), `curves` (the file's
+    training curves as written, checked only by `curves.curve_table`: a malformed curve costs no job) and `steps`
+    (its records with a `step`, as rows like the frame's with `step` and `epoch`: `step_record`).
     """
     rows, jobs = [], []
     for path in result_files(folders):
@@ -115,8 +120,13 @@ def job_rows(result: dict, folder: str) -> tuple[dict, list[dict]]:
            "numerics": numerics.get("id")}
     columns = {k: v for k, v in job.items() if k != "error"}
     original_s, retrained_s = training_times(result.get("cache"))
-    rows, non_finite = [], {}
-    for record in result.get("records") or []:
+    rows, non_finite, steps, problems = [], {}, [], []
+    for index, record in enumerate(result.get("records") or []):
+        if record.get("step") is not None:
+            step, problem = step_record(record, columns, f"records[{index}]")
+            steps += [step] if step else []
+            problems += [problem] if problem else []
+            continue
         row = {**columns, **{k: v for k, v in record.items() if k in RECORD_COLUMNS}}
         row["cost_original_s"], row["cost_retrained_s"] = original_s, retrained_s.get(str(record.get("target")))
         row["value"] = finite(record["value"])
@@ -124,8 +134,24 @@ def job_rows(result: dict, folder: str) -> tuple[dict, list[dict]]:
             non_finite[record["metric"]] = non_finite.get(record["metric"], 0) + 1
         rows.append(row)
     job = {**job, "numerics_identity": numerics, **({"non_finite": non_finite} if non_finite else {}),
-           **({"curves": result["curves"]} if result.get("curves") is not None else {})}
-    return {**job, **failures_of(result)}, rows
+           **({"curves": result["curves"]} if result.get("curves") is not None else {}),
+           **({"steps": steps} if steps else {})}
+    job = {**job, **failures_of(result)}
+    if problems:
+        job["problems"] = [*job.get("problems", []), *problems]
+    return job, rows
+
+
+def step_record(record: dict, columns: dict, where: str) -> tuple[dict | None, str | None]:
+    """(the row of a record with a `step`: the job's columns, the record's, its `step` (an integer ≥ 0, 0 being M_o
+    before any step) and `epoch` (a number, None where missing), or None; why it is ignored, or None)."""
+    step, epoch = record["step"], record.get("epoch")
+    if not (isinstance(step, int) and not isinstance(step, bool) and 0 <= step < INT64):
+        return None, f"{where}.step: {str(step)[:40]!r} is not an integer ≥ 0; the record is ignored"
+    row = {**columns, **{k: v for k, v in record.items() if k in RECORD_COLUMNS}, "value": finite(record["value"]),
+           "step": step}
+    number = isinstance(epoch, int | float) and not isinstance(epoch, bool)
+    return {**row, "epoch": finite(epoch) if number else None}, None
 
 
 def training_times(cache) -> tuple[float | None, dict[str, float | None]]:

@@ -1,8 +1,8 @@
 """The table a job prints: the headline metrics per method, one section per target (no torch needed).
 
 The columns are the headline metrics of the result's own catalogue (its task's legacy catalogue for a result that
-has none, `read/catalogue.py`), headed by their labels; those without a value in the job are left out, and a metric
-recorded per round shows its last round.
+has none, `read/catalogue.py`), headed by their labels; those without a value in the job are left out, a metric
+recorded per round shows its last round, and the records along a method's steps (`step`) are left out.
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ def job_table(result: dict) -> str:
     lines = [f"{job['dataset']} · {job['model']} · {job['scenario']} · seeds train {job['seed_train']} "
              f"unlearn {job['seed_unlearn']} eval {job['seed_eval']}",
              f"on {describe_numerics(result.get('numerics'))}"]
-    for target in dict.fromkeys(r["target"] for r in result["records"]):
-        values = table_rows([r for r in result["records"] if r["target"] == target])
+    final = [r for r in result["records"] if r.get("step") is None]  # a record along the steps is no final one
+    for target in dict.fromkeys(r["target"] for r in final):
+        values = table_rows([r for r in final if r["target"] == target])
         columns = [c for c in headline if any(v.get(c[1:]) is not None for v in values.values())]
         header = ["target " + target, *(c[0] for c in columns)]
         rows = [[name, *(fmt(v.get((metric, split))) for _, metric, split in columns)] for name, v in values.items()]

@@ -26,6 +26,12 @@ Per configuration (dataset · model · scenario):
   line per training seed; M_r, one line per target and unlearning seed; the methods that train, one line per run),
   a column each for the training loss, training accuracy and learning rate per epoch, so that an under-trained or
   diverged model stands out.
+- `dynamics_<config>_<metric>_<split>.png` for the headline metrics recorded along the methods' steps
+  (compute/dynamics.py): a panel per target, the metric against the step, a line per method (the mean over training
+  seeds) with its 95% band across training seeds, M_o's and M_r's means as horizontal reference lines.
+- `plane_<config>.png` where the catalogue declares a forgetting–utility plane (`Catalogue.plane`): a panel per
+  method (and target), its path through the plane along the steps, a line per training seed (a circle at its first
+  step, a cross at its last), M_o's and M_r's means as points.
 
 Each PNG is written whole or not at all (`atomic_path`); a figure that cannot be written stops the report with a
 `WriteError` (a full disk is not a figure's problem to hide), any other failure of a kind of figure becomes a
@@ -34,6 +40,7 @@ warning.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from pathlib import Path
@@ -504,13 +511,97 @@ def _curve_legend(colours: dict, styles: dict, prefix: str) -> list:
     return handles
 
 
+def dynamics(study: Study, folder: Path) -> list[Path]:
+    """`dynamics_<config>_<metric>_<split>.png` per configuration and headline metric recorded along the steps."""
+    paths = []
+    for ident, part in configurations(study, study.dynamics):
+        for metric, split in study.catalogue.roles("headline"):
+            rows = part[(part["metric"] == metric) & (part["split"] == split)]
+            if rows.empty:
+                continue
+            targets = list(dict.fromkeys(rows["target"]))[:MAX_PANELS]
+            figure, axes = _panels(len(targets))
+            colours = _colours(sorted(pd.unique(rows["method"])))
+            for axis, target in zip(axes, targets, strict=True):
+                _dynamics_panel(axis, rows[rows["target"] == target], colours)
+                axis.set_title(f"target {target}", fontsize=9)
+            figure.suptitle(f"{' · '.join(str(v) for v in ident if v != '')}: "
+                            f"{study.catalogue.label(metric, split)} along the steps (line: mean over training "
+                            "seeds; band: its 95% t-interval)", fontsize=10)
+            handles = [*(Line2D([], [], color=colour, label=method) for method, colour in colours.items()),
+                       Line2D([], [], color="grey", linestyle="--", label="M_o (mean)"),
+                       Line2D([], [], color="black", linestyle=":", label="M_r (mean)")]
+            name = f"dynamics_{slug('_'.join(map(str, ident)))}_{slug(metric)}{'_' + slug(split) if split else ''}"
+            paths.append(_save(figure, folder / f"{name}.png", handles))
+    return paths
+
+
+def _dynamics_panel(axis, rows: pd.DataFrame, colours: dict) -> None:
+    for method, mine in rows.groupby("method", sort=True):
+        mine = mine.sort_values("step")
+        axis.plot(mine["step"], mine["mean"], color=colours[method], linewidth=1.2, marker="o", markersize=2.5)
+        banded = mine["low"].notna()
+        if banded.any():
+            axis.fill_between(mine["step"][banded], mine["low"][banded], mine["high"][banded], color=colours[method],
+                              alpha=0.2, linewidth=0)
+    for column, style, colour in (("original_mean", "--", "grey"), ("retrained_mean", ":", "black")):
+        reference = rows[column].dropna()
+        if len(reference):
+            axis.axhline(float(reference.iloc[0]), color=colour, linestyle=style, linewidth=1)
+    axis.set_xlabel("step", fontsize=8)
+    axis.tick_params(labelsize=7)
+
+
+def plane(study: Study, folder: Path) -> list[Path]:
+    """`plane_<config>.png`: each method's path through the forgetting–utility plane, a line per training seed."""
+    axes_declared = study.catalogue.plane_axes()
+    if axes_declared is None:
+        return []
+    (forget_metric, forget_split), (utility_metric, utility_split) = axes_declared
+    paths = []
+    for ident, part in configurations(study, study.dynamics_paths):
+        panels = list(part.groupby(["target", "method"], sort=False))[:2 * MAX_PANELS]
+        figure, axes = _panels(len(panels), width=4.2, height=3.6)
+        config = matching(study.table, dict(zip(study.keys, ident, strict=True)))
+        for axis, ((target, method), mine) in zip(axes, panels, strict=True):
+            colours = _colours(sorted(pd.unique(mine["seed_train"])))
+            for seed, run in mine.groupby("seed_train", sort=True):
+                run = run.sort_values("step")
+                axis.plot(run["forgetting"], run["utility"], color=colours[seed], linewidth=1.1,
+                          label=f"training seed {seed}")
+                axis.plot(run["forgetting"].iloc[:1], run["utility"].iloc[:1], "o", color=colours[seed], markersize=4)
+                axis.plot(run["forgetting"].iloc[-1:], run["utility"].iloc[-1:], "x", color=colours[seed],
+                          markersize=6)
+            for role, marker in (("original", "s"), ("retrained", "*")):
+                point = [_reference(config, role, target, metric, split)
+                         for metric, split in ((forget_metric, forget_split), (utility_metric, utility_split))]
+                if not any(math.isnan(v) for v in point):
+                    axis.plot(*point, marker, color="black", markersize=8, label=f"M_{role[0]} (mean)")
+            axis.set_xlabel(study.catalogue.label(forget_metric, forget_split), fontsize=8)
+            axis.set_ylabel(study.catalogue.label(utility_metric, utility_split), fontsize=8)
+            axis.set_title(f"{method}, target {target}", fontsize=9)
+            axis.tick_params(labelsize=7)
+            axis.legend(fontsize=6, frameon=False)
+        figure.suptitle(f"{' · '.join(str(v) for v in ident if v != '')}: forgetting–utility path per training "
+                        "seed (○ first step, × last)", fontsize=10)
+        paths.append(_save(figure, folder / f"plane_{slug('_'.join(map(str, ident)))}.png"))
+    return paths
+
+
+def _reference(table: pd.DataFrame, role: str, target: str, metric: str, split: str) -> float:
+    """The role's mean over training seeds (table.csv) of one metric, NaN where it has none."""
+    rows = table[(table["role"] == role) & (table["target"] == target) & (table["metric"] == metric)
+                 & (table["split"] == split)]["mean"].dropna()
+    return float(rows.iloc[0]) if len(rows) else math.nan
+
+
 def draw(study: Study, folder: Path) -> tuple[list[Path], list[str]]:
     """Every figure into `folder`; (paths, problems). PNG files of an earlier build that this one did not redraw are
     removed at the end: until then (and when a figure cannot be written) the earlier ones stay whole."""
     make_folder(folder)
     paths, problems = [], []
-    kinds = (leaderboard, seed_study, designs, wasserstein, variance, ranks, forget_quality, trajectories, curves) \
-        if study.has_seed_spread else (leaderboard, trajectories, curves)
+    kinds = (leaderboard, seed_study, designs, wasserstein, variance, ranks, forget_quality, trajectories, curves,
+             dynamics, plane) if study.has_seed_spread else (leaderboard, trajectories, curves, dynamics, plane)
     for kind in kinds:
         try:
             paths += kind(study, folder)

@@ -468,6 +468,7 @@ def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Pat
         lines += forget_quality_section(study.forgetting, select)
         lines += ["Every metric and split of every model: `table.csv` (mean ± std across training seeds), "
                   "`summary.csv` (over every seed), `results.csv` (every record).", ""]
+    lines += dynamics_section(study)
     shown = [path for path in figures if not path.stem.startswith("leaderboard_")]  # shown in the leaderboard
     if shown:
         lines += ["## Figures", ""]
@@ -489,6 +490,37 @@ def render(study: Study, jobs: list[dict], failed: list[dict], folders: list[Pat
         lines += ["None.", ""]
     lines += failed_methods_section(failed_methods(jobs))
     return "\n".join(lines)
+
+
+DYNAMICS_INTRO = ("The jobs recorded their metrics along the methods' steps (`evaluation.during`; step 0 is M_o). Per "
+                  "method and headline metric: the step whose mean over training seeds (each seed's unlearning "
+                  "seeds averaged first) is closest to the metric's ideal (to M_r's mean for a metric judged against "
+                  "the retrained model), that mean with its 95% t-interval across training seeds, the last step's "
+                  "mean, and each training seed's own best step (min / median / max over its I seeds). A step "
+                  "chosen on the runs it is reported on is optimistic: its value is the best of many looks at the "
+                  "same seeds' noise, and the spread of the per-seed best steps shows how little one run's curve "
+                  "says about when to stop. Choose the stopping step on some training seeds and judge it on others "
+                  "before trusting it. Every step in `dynamics.csv` (per training seed: `dynamics_by_seed.csv`), the "
+                  "figures `dynamics_*.png` and, where the task declares a forgetting–utility plane, `plane_*.png`.")
+
+
+def dynamics_section(study: Study) -> list[str]:
+    """Per method and headline metric along the steps: the best step of the mean, and how the seeds' own best steps
+    spread (`dynamics_best.csv`); nothing where no job recorded step records."""
+    if study.dynamics.empty:
+        return []
+    lines = ["## Dynamics", "", DYNAMICS_INTRO, ""]
+    best = study.dynamics_best
+    if best.empty:
+        return [*lines, "No headline metric with a best value was recorded along the steps.", ""]
+    rows = [[" · ".join(str(getattr(r, k)) for k in study.keys if getattr(r, k) != "") + f" — target {r.target}",
+             r.method, study.catalogue.label(r.metric, r.split),
+             str(r.best_step) + ("" if pd.isna(r.best_epoch) else f" ({fmt(r.best_epoch)} ep.)"),
+             interval(r.best_mean, r.best_low, r.best_high), f"{r.last_step}: {fmt(r.last_mean)}",
+             f"{fmt(r.seed_best_min)} / {fmt(r.seed_best_median)} / {fmt(r.seed_best_max)}", str(r.I)]
+            for r in best.itertuples()]
+    return [*lines, *md_table(["configuration", "method", "metric", "best step", "mean there [95% CI]",
+                               "last step: mean", "seeds' best steps: min / median / max", "I"], rows)]
 
 
 def first_line(error: object) -> str:

@@ -12,4 +12,5 @@ CATALOGUE = Catalogue(
      fn.COMPLETENESS, fn.LAYER_DISTANCE, fn.TOW),
     {FORGET_TRAIN: "D_f", RETAIN_TRAIN: "D_r", FORGET_TEST: "D'_f", RETAIN_TEST: "D'_r"},
     frozenset({"retrain"}),
-    per_example=PerExample(FORGET_TRAIN, RETAIN_TRAIN, RETAIN_TEST, accuracy=fn.ACC.name, privacy=fn.MIA.name))
+    per_example=PerExample(FORGET_TRAIN, RETAIN_TRAIN, RETAIN_TEST, accuracy=fn.ACC.name, privacy=fn.MIA.name),
+    plane=(f"{DELTA_ACC.name}:{FORGET_TRAIN}", f"{DELTA_ACC.name}:{RETAIN_TEST}"))  # Δacc on D_f against D'_r

@@ -18,4 +18,6 @@ CATALOGUE = Catalogue(
      "general": "general"},
     frozenset({"text_retrain"}),
     (metrics.FIRST_RETAIN_MODEL,),
-    PerExample(FORGET, "retain", "holdout"))
+    PerExample(FORGET, "retain", "holdout"),
+    (f"{metrics.FORGET_QUALITY.name}:{FORGET}", metrics.MODEL_UTILITY.name))  # TOFU's plane (a selection without
+# both metrics, MUSE's or WMDP's, has none)
