@@ -359,13 +359,10 @@ def leaderboard_problems(names: Any) -> list[str]:
 
 
 def range_problems(node: Any, schema: type, prefix: str) -> list[str]:
-    """The fields of `node` (a config of dataclass `schema`, or of the subclass a task's options made it) whose
-    resolved value lies outside the field's range, and what a schema's own `problems(node, prefix)` finds across
-    its fields."""
+    """The fields of `node` (a config of dataclass `schema`: a job's, `job_schema`) whose resolved value lies outside
+    the field's range, and what a schema's own `problems(node, prefix)` finds across its fields."""
     if not isinstance(node, DictConfig):
         return []
-    typed = OmegaConf.get_type(node)
-    schema = typed if isinstance(typed, type) and issubclass(typed, schema) else schema
     problems = schema.problems(node, prefix) if hasattr(schema, "problems") else []
     hints = typing.get_type_hints(schema)
     for spec in dataclasses.fields(schema):

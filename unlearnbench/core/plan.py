@@ -99,7 +99,7 @@ def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
                             f"of the {task} task")
     config = OmegaConf.to_container(cfg, resolve=True)
     refuse_foreign_metrics(config["evaluation"]["metrics"], task, cfg.dataset.name)
-    refuse_unhonoured(config, cfg.dataset.name)
+    refuse_unhonoured(cfg)
     scenario = build(config["scenario"], "scenario")
     methods = [config["method"]] if config["method"] is not None else chosen(registered_methods(cfg, task),
                                                                              config["methods"], task)
@@ -109,14 +109,14 @@ def plan_job(cfg: DictConfig, folder: Path) -> JobPlan:
     return JobPlan(config, [m for m in methods if m["name"] not in unserved], str(folder), log=progress.job_log())
 
 
-def refuse_unhonoured(config: dict, dataset: str) -> None:
+def refuse_unhonoured(cfg: DictConfig) -> None:
     """Refuse, before any work, an option set where the job's bench does nothing with it (`Bench.ignores`: a bench
     declares what of its task's options it ignores, and why)."""
-    for option, why in locate(config["task"]["bench"]).ignores.items():
-        value = OmegaConf.select(OmegaConf.create(config), option)
+    for option, why in locate(cfg.task.bench).ignores.items():
+        value = OmegaConf.select(cfg, option)
         if value:
             off, shown = ("false", "true") if isinstance(value, bool) else ("0", value)
-            raise invalid(option, f"dataset {dataset}", f"{off}: {why}", shown)
+            raise invalid(option, f"dataset {cfg.dataset.name}", f"{off}: {why}", shown)
 
 
 def refuse_foreign_metrics(metrics: dict, task: str, dataset: str) -> None:

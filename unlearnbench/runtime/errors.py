@@ -20,15 +20,18 @@ class FileOnly:
 FILE_ONLY = {"file_only": True}
 
 
-def invalid(option: str, owner: str, valid: str, got: object, kind: str = "option") -> UserError:
+def invalid(option: str, owner: str, valid: str, got: object, kind: str = "option",
+            error: type[UserError] = UserError) -> UserError:
     """Bad input in scikit-learn's words: "the 'x' option of Y must be …; got … instead" (`kind`: what 'x' is, an
-    option, or an entry of a method's search space)."""
-    return UserError(f"the {option!r} {kind} of {owner} must be {valid}; got {got} instead")
+    option, or an entry of a method's search space; `error`: the UserError's type, where a caller catches a kind of
+    its own)."""
+    return error(f"the {option!r} {kind} of {owner} must be {valid}; got {got} instead")
 
 
-def bad_file(path: object, problem: str) -> UserError:
-    """Bad input where a file is at fault: "file F: …", the problem saying what is wrong and what is valid."""
-    return UserError(f"file {path}: {problem}")
+def bad_file(path: object, problem: str, error: type[UserError] = UserError) -> UserError:
+    """Bad input where a file is at fault: "file F: …", the problem saying what is wrong and what is valid (`error`:
+    as `invalid`'s)."""
+    return error(f"file {path}: {problem}")
 
 
 class EndSweep(BaseException):

@@ -28,10 +28,10 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from unlearnbench.core.catalogue import RETRAINED, Catalogue
 from unlearnbench.report.compute.analysis import CONFIG, OPTIONAL_CONFIG, SEEDS, Study
+from unlearnbench.report.compute.stats import t_interval
 
 LEVEL = 0.95  # of dynamics.csv's intervals
 ROW = ["target", "method", "metric", "split"]  # a method's row of the study (role: unlearned)
@@ -86,26 +86,13 @@ def dynamics_table(by_seed: pd.DataFrame, keys: list[str], reference: pd.DataFra
         return pd.DataFrame(columns=columns)
     groups = by_seed.groupby([*keys, *ROW, "step"], sort=False)
     table = groups.agg(mean=("mean", "mean"), I=("mean", "count"), n=("n", "sum"), epoch=("epoch", "mean"))
-    bounds = groups["mean"].apply(lambda seeds: t_interval(seeds.to_numpy(dtype=float)))
+    bounds = groups["mean"].apply(lambda seeds: t_interval(seeds.to_numpy(dtype=float), LEVEL))
     table["low"], table["high"] = [low for low, _ in bounds], [high for _, high in bounds]
     table = table.reset_index()
     for role in ("original", "retrained"):
         means = reference_means(reference, keys, role)
         table = table.merge(means, on=[*keys, "target", "metric", "split"], how="left")
     return table[columns]
-
-
-def t_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
-    """The t-interval of the mean of `values` (df len − 1); NaN with fewer than two; the mean itself where all are
-    equal (no rounding residue)."""
-    if len(values) < 2:
-        return math.nan, math.nan
-    mean = float(np.mean(values))
-    if np.all(values == values[0]):
-        return mean, mean
-    half = float(stats.t.ppf((1 + level) / 2, len(values) - 1)) * float(np.std(values, ddof=1)) / math.sqrt(
-        len(values))
-    return mean - half, mean + half
 
 
 def reference_means(table: pd.DataFrame, keys: list[str], role: str) -> pd.DataFrame:

@@ -776,3 +776,12 @@ def seed_plan(sigma_t2: float, sigma_u2: float, cost_train: float, cost_unlearn:
                         _one_seed_cost(sigma_t2, within, cost_train, cost_job, target), cost, k)
     se = math.sqrt(sigma_t2 / i + sigma_u2 / (i * j) + sigma_e2 / (i * j * k))
     return SeedPlan(i, j, k, j_star, se, cost, tuple(notes))
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """The t-interval of the mean of `values` (NaN with fewer than two): the tuning tables' and dynamics.csv's."""
+    if len(values) < 2:
+        return math.nan, math.nan
+    mean, sem = float(np.mean(values)), float(stats.sem(values))
+    half = float(stats.t.ppf((1 + level) / 2, len(values) - 1)) * sem
+    return mean - half, mean + half

@@ -41,6 +41,7 @@ from unlearnbench.core.catalogue import Catalogue
 from unlearnbench.core.tuning import DEFAULT, DEFAULTS, RANDOM, TPE, TRIAL, TUNED, TUNING
 from unlearnbench.report.compute.leaderboard import block_scores, parse_metrics
 from unlearnbench.report.compute.notes import Note
+from unlearnbench.report.compute.stats import t_interval
 from unlearnbench.report.read.collect import catalogue_of, load_results
 from unlearnbench.runtime.errors import UserError
 
@@ -200,15 +201,6 @@ def trial_rows(tunings: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=None if rows else TRIAL_COLUMNS)
 
 
-def t_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
-    """The t-interval of the mean of `values` (NaN with fewer than two)."""
-    if len(values) < 2:
-        return math.nan, math.nan
-    mean, sem = float(np.mean(values)), float(stats.sem(values))
-    half = float(stats.t.ppf((1 + level) / 2, len(values) - 1)) * sem
-    return mean - half, mean + half
-
-
 def optimism_interval(heldout: Sequence[float], tuning: Sequence[float],
                       level: float = LEVEL) -> tuple[float, float]:
     """The two-sample t-interval of mean(heldout) − mean(tuning), the per-seed objectives of the chosen point on
@@ -287,7 +279,7 @@ def judgement(best: dict, held: dict) -> dict:
     notes = [Note("heldout_failed", {"stage": stage, "reason": part["reason"]})
              for stage, part in held.items() if part.get("reason")]
     return {"objective_heldout": value, **dict(zip(("heldout_low", "heldout_high"),
-                                                   t_interval(list(tuned_seeds.values())), strict=True)),
+                                                   t_interval(list(tuned_seeds.values()), LEVEL), strict=True)),
             "objective_default": baseline, "optimism": None if value is None else value - best["objective"],
             "optimism_low": optimism[0], "optimism_high": optimism[1],
             "gain": None if value is None or baseline is None else baseline - value,
@@ -348,9 +340,9 @@ def replicate_rows(table: pd.DataFrame) -> pd.DataFrame:
                      "beat_defaults": sum(bool(v) for v in mine["beat_defaults"] if v is not None and v == v),
                      "random_search": int(mine["random_search"].astype(bool).sum()),
                      "optimism_mean": np.mean(optimism) if optimism else math.nan,
-                     **dict(zip(("optimism_low", "optimism_high"), t_interval(optimism), strict=True)),
+                     **dict(zip(("optimism_low", "optimism_high"), t_interval(optimism, LEVEL), strict=True)),
                      "gain_mean": np.mean(gain) if gain else math.nan,
-                     **dict(zip(("gain_low", "gain_high"), t_interval(gain), strict=True))})
+                     **dict(zip(("gain_low", "gain_high"), t_interval(gain, LEVEL), strict=True))})
     return pd.DataFrame(rows, columns=REPLICATE_COLUMNS)
 
 

@@ -79,11 +79,6 @@ class ImportProblem(UserError):
     """One run that cannot be imported: the message is its one line. A type of its own, as the import catches it to
     record the row's problem and go on with the next row."""
 
-    @classmethod
-    def of(cls, refusal: UserError) -> ImportProblem:
-        """`invalid()`'s or `bad_file()`'s refusal as an ImportProblem."""
-        return cls(*refusal.args)
-
 
 class NothingImported(UserError):
     """Every row of the manifest failed: nothing is written. `lines`: one per row, why."""
@@ -209,7 +204,7 @@ def load_yaml(path: Path) -> object:
     try:
         return yaml.load(path.read_text(encoding="utf-8"), Loader=HydraYaml)
     except (OSError, ValueError, yaml.YAMLError) as error:
-        raise ImportProblem.of(bad_file(path, f"cannot be read: {str(error).splitlines()[0]}")) from None
+        raise bad_file(path, f"cannot be read: {str(error).splitlines()[0]}", ImportProblem) from None
 
 
 def hydra_settings(path: Path) -> dict | None:
@@ -251,13 +246,13 @@ def read_config(folder: Path) -> RunConfig | None:
     path = hydra / "config.yaml"
     content = load_yaml(path)
     if not isinstance(content, dict):
-        raise ImportProblem.of(bad_file(path, f"holds a {type(content).__name__}, not a run's config"))
+        raise bad_file(path, f"holds a {type(content).__name__}, not a run's config", ImportProblem)
     unrecorded: dict[str, str] = {}
     settled = settle(content, hydra_settings(hydra / "hydra.yaml"), unrecorded, "")
     try:
         node = OmegaConf.create(settled)
     except OmegaConfBaseException as error:
-        raise ImportProblem.of(bad_file(path, f"cannot be read: {str(error).splitlines()[0]}")) from None
+        raise bad_file(path, f"cannot be read: {str(error).splitlines()[0]}", ImportProblem) from None
     return RunConfig(path, node, unrecorded)
 
 
@@ -487,7 +482,7 @@ def parse_row(number: int, cells: dict[str, str], base: Path) -> Row:
         if not text:
             raise ImportProblem("the 'path' column must name the folder of an evaluation; got nothing")
         if role not in ROLES:
-            raise ImportProblem.of(invalid("role", "the manifest", f"one of {', '.join(ROLES)}", repr(role), "column"))
+            raise invalid("role", "the manifest", f"one of {', '.join(ROLES)}", repr(role), "column", ImportProblem)
         if (role == "unlearned") != (method is not None):
             raise ImportProblem("the 'method' column must name the method of an unlearned run and be empty "
                                 f"otherwise; got {method!r} for role {role}")
@@ -629,11 +624,11 @@ def read_json(path: Path) -> dict:
     try:
         content = json.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
-        raise ImportProblem.of(bad_file(path, f"cannot be read: {error.strerror or error}")) from None
+        raise bad_file(path, f"cannot be read: {error.strerror or error}", ImportProblem) from None
     except ValueError as error:
-        raise ImportProblem.of(bad_file(path, f"is not JSON: {error}")) from None
+        raise bad_file(path, f"is not JSON: {error}", ImportProblem) from None
     if not isinstance(content, dict):
-        raise ImportProblem.of(bad_file(path, f"holds a {type(content).__name__}, not an object of metrics"))
+        raise bad_file(path, f"holds a {type(content).__name__}, not an object of metrics", ImportProblem)
     return content
 
 
