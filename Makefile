@@ -35,6 +35,8 @@ bench: install
 	$(BIN)/python benchmarks/bench_decode.py
 	$(BIN)/python benchmarks/bench_throughput.py
 	$(BIN)/python benchmarks/bench_launcher.py
+	$(BIN)/python benchmarks/bench_during.py
+	$(BIN)/python benchmarks/bench_during.py experiment=tofu
 
 readme-table: install  # rerun the demo from an empty cache and rewrite README.md's table, naming this machine
 	$(BIN)/python scripts/readme_demo_table.py

@@ -13,7 +13,9 @@ sampler seed (and tuning seeds). The searches are independent, so trial k of eve
 batch (a launcher keeps more workers busy than with one method's). Then the defaults and each replicate's best point
 of every method run on `tune.heldout`, in one batch. Every job keeps the job contract (result.json, the model cache
 that trains each training seed's M_o once, resume). `tuning.json` in the sweep folder records the trials after each
-round and the judgement at the end; the report reads it.
+round and the judgement at the end; the report reads it. With `tune.stop_step=true` a trial is scored at the best of
+its step records (`evaluation.during.every`), and the best point's held-out jobs rerun the method to that step
+(`core.tuning.stopping_of`: refused in one line for a method whose shorter run is not the start of a longer one).
 
 Resume: the sampler is seeded and told the same objectives, so a rerun into the same sweep folder asks the same
 points in the same order; their jobs' folders hold their results, so no finished trial runs again. A job whose
@@ -64,11 +66,12 @@ class MethodTuning:
     """One method's tuning: a search per replicate (trial 0: the defaults), their trials, and the jobs of a trial and
     of the held-out judgement."""
 
-    def __init__(self, method: str, overrides: list[str], space: list, defaults, settings) -> None:
+    def __init__(self, method: str, overrides: list[str], space: list, defaults, settings, stopping=None) -> None:
         from unlearnbench.core.tuning import Search
 
         self.method, self.overrides, self.space, self.defaults, self.settings = (method, overrides, space, defaults,
                                                                                 settings)
+        self.stopping = stopping  # `tune.stop_step`: how the method's rerun stops at the chosen step (None: off)
         self.searches = [Search(space, settings.seed, method, replicate, settings.startup_trials, defaults)
                          for replicate in range(settings.replicates)]
         self.trials: list[list[dict]] = [[] for _ in self.searches]
@@ -97,7 +100,8 @@ class MethodTuning:
 
         rule = None
         for replicate, (search, point, batch) in enumerate(zip(self.searches, self.points, folders, strict=True)):
-            scored = score_folders(batch, self.method, self.settings.objective)
+            scored = score_folders(batch, self.method, self.settings.objective,
+                                   None if self.stopping is None else self.stopping.unit)
             search.tell(point, None if scored.reason else scored.value)
             rule = rule or worded_rule(scored.rule)
             if scored.reason:
@@ -123,8 +127,19 @@ class MethodTuning:
         if not chosen:
             return []
         return [[*self.overrides, f"tune.stage={DEFAULT}"],
-                *([*self.overrides, *self.searches[0].overrides(best["params"], best["drawn"]), f"tune.stage={TUNED}",
+                *([*self.tuned_overrides(best), f"tune.stage={TUNED}",
                    *([f"tune.replicate={replicate}"] if several else [])] for replicate, best in chosen)]
+
+    def tuned_overrides(self, best: dict) -> list[str]:
+        """The overrides of a best trial's held-out jobs: its point, and with `tune.stop_step` the override that stops
+        the method at the chosen step, in place of any other value of that option (the point's own epochs, the
+        command line's max_steps)."""
+        point = [*self.overrides, *self.searches[0].overrides(best["params"], best["drawn"])]
+        if self.stopping is None:
+            return point
+        key = self.stopping.key
+        return [*(o for o in point if o.split("=", 1)[0].lstrip("+~") != key),
+                self.stopping.override(best["step"], best.get("epoch"))]
 
     def judge(self, folders: list[list[Path]]) -> None:
         """The held-out objectives of the stages' jobs (`folders`, per stage)."""
@@ -155,7 +170,8 @@ class MethodTuning:
                 if self.judged[replicate] is not None:
                     entry["heldout"] = self.judged[replicate]
             replicates.append(entry)
-        return {"space": [vars(dimension) for dimension in self.space],
+        stop = {} if self.stopping is None else {"stop_step": vars(self.stopping)}
+        return {**stop, "space": [vars(dimension) for dimension in self.space],
                 "defaults": {"trial": DEFAULTS_TRIAL, "params": self.defaults.params,
                              "outside_space": list(self.defaults.outside), "told": self.defaults.told},
                 "startup_trials": self.searches[0].startup, "replicates": replicates}
@@ -181,8 +197,7 @@ class TuneSweeper(Sweeper):
         try:
             settings = Settings.of(self.config)
             methods, base = split_arguments(arguments)
-            tunings = [MethodTuning(method, [override, *base], *self.space(override, base), settings)
-                       for method, override in methods]
+            tunings = [self.tuning(method, [override, *base], settings) for method, override in methods]
         except UserError as error:
             raise EndSweep(error) from None
         folder = Path(str(self.config.hydra.sweep.dir))
@@ -191,6 +206,7 @@ class TuneSweeper(Sweeper):
         record = {"seed": settings.seed, "seeds": settings.seeds, "heldout": settings.heldout,
                   "objective": settings.objective, "startup_trials": settings.startup_trials,
                   "replicates": settings.replicates, "seed_sets": [list(seeds) for seeds in settings.sets],
+                  **({"stop_step": True} if settings.stop_step else {}),
                   "objective_rule": None, "methods": {}}
         try:
             for number in range(settings.trials):
@@ -202,15 +218,22 @@ class TuneSweeper(Sweeper):
         write_tuning(folder, {**record, "methods": {t.method: t.record() for t in tunings}})
         return self.returns
 
-    def space(self, override: str, base: list[str]) -> tuple[list, Any]:
-        """The method's declared search space and its defaults' point, from its config as its jobs compose it."""
+    def tuning(self, method: str, overrides: list[str], settings) -> MethodTuning:
+        space, defaults, stopping = self.space(overrides[0], overrides[1:], settings.stop_step)
+        return MethodTuning(method, overrides, space, defaults, settings, stopping)
+
+    def space(self, override: str, base: list[str], stop_step: bool = False) -> tuple[list, Any, Any]:
+        """The method's declared search space, its defaults' point, and with `tune.stop_step` how its rerun stops at
+        a step (`core.tuning.stopping_of`, refused in one line where it cannot), from its config as its jobs compose
+        it."""
         from unlearnbench.core.components import option_names, target_of
-        from unlearnbench.core.tuning import defaults_of, search_space
+        from unlearnbench.core.tuning import defaults_of, search_space, stopping_of
 
         composed = self.hydra_context.config_loader.load_sweep_config(self.config, [*base, override])
         method = OmegaConf.to_container(composed.method, resolve=True)
         space = search_space(method, option_names(target_of(method, "method")))
-        return space, defaults_of(method, space)
+        job = {key: OmegaConf.to_container(composed[key], resolve=True) for key in ("evaluation", "train")}
+        return space, defaults_of(method, space), stopping_of(method, job) if stop_step else None
 
     def launch(self, batch: list[list[str]]) -> list[Path]:
         """Run one batch of jobs, at once where the launcher can, and return their folders (where each job writes

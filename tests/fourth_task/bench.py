@@ -67,5 +67,10 @@ class TallyScoring(Evaluation):
                 *as_records(self.target, None, "retrained", {("mean", None): self.rounded(self.retrained)})]
 
     def unlearned(self, method: str, model: float, cost) -> Scored:
-        scores = {("mean", None): self.rounded(model), ("gap", None): self.rounded(abs(model - self.retrained))}
-        return Scored(as_records(self.target, method, "unlearned", scores | cost_scores(cost)))
+        return Scored(as_records(self.target, method, "unlearned", self.scores(model) | cost_scores(cost)))
+
+    def scores(self, model: float) -> dict:
+        return {("mean", None): self.rounded(model), ("gap", None): self.rounded(abs(model - self.retrained))}
+
+    def during(self, method: str, model: float | None) -> dict:
+        return self.scores(self.original if model is None else model)

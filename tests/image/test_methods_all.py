@@ -19,20 +19,6 @@ def test_every_method_serves_the_targeted_scenarios():
     assert set(image_methods("random_sample")) <= set(image_methods("full_class"))
 
 
-def test_every_method_runs_in_the_random_sample_scenario(tmp_path, shared_cache):
-    methods = image_methods("random_sample")
-    # a quarter of digits for training (what is asserted is that each method runs): every method's epochs 4× shorter
-    outcome = run_in_process([*TINY, "dataset.test_fraction=0.75", "scenario=random_sample", "scenario.targets=[0.05]"],
-                             tmp_path, methods, shared_cache)
-    assert outcome.error is None, outcome.trace
-    assert {r["method"] for r in outcome.records if r["role"] == "unlearned"} == set(methods)
-    accuracies = {(r["method"], r["split"]): r["value"] for r in outcome.records
-                  if r["role"] == "unlearned" and r["metric"] == "acc"}
-    for method in methods:  # (this job stands for the random-sample runs test_methods_{more,ssd,teachers} had)
-        for split in ("forget_train", "retain_train", "forget_test", "retain_test"):
-            assert 0 <= accuracies[method, split] <= 1, (method, split)
-
-
 def test_every_method_runs_sub_class_on_cifar20(tmp_path):
     write_cifar100(tmp_path / "cifar")
     methods = image_methods("sub_class")

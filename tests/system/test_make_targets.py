@@ -20,7 +20,8 @@ SCRIPT_TARGETS = {"study": ["scripts/seed_study.py --docs"], "text-study": ["scr
                   "forget-quality": ["scripts/forget_quality_table.py --docs"],
                   "readme-table": ["scripts/readme_demo_table.py"],
                   "bench": ["benchmarks/bench_demo.py", "benchmarks/bench_foltr.py", "benchmarks/bench_decode.py",
-                            "benchmarks/bench_throughput.py", "benchmarks/bench_launcher.py"]}
+                            "benchmarks/bench_throughput.py", "benchmarks/bench_launcher.py",
+                            "benchmarks/bench_during.py", "benchmarks/bench_during.py experiment=tofu"]}
 # benchmark: its smallest settings (each documented in the script)
 BENCHMARKS = {
     "bench_demo": ["methods=[ssd]", *with_defaults(TINY, QUICK_REPORT)],
@@ -29,6 +30,7 @@ BENCHMARKS = {
     "bench_throughput": ["--accelerator", "cpu", "--widths", "8", "--precisions", "32-true", "--repeats", "1",
                          "--seconds", "0", "--hiddens", "32", "--entities", "4"],
     "bench_launcher": ["--jobs", "1", *with_defaults(TINY, QUICK_REPORT)],  # one job: no pool (test_launcher's)
+    "bench_during": ["methods=[finetune,ssd]", "train.epochs=2", *with_defaults(TINY, QUICK_REPORT)],
 }
 
 
@@ -49,7 +51,8 @@ def test_each_target_runs_the_script_its_test_runs():
     for target, commands in SCRIPT_TARGETS.items():
         assert lines[target] == [f"$(BIN)/python {command}" for command in commands], target
     benchmarks = sorted(p.stem for p in (REPO / "benchmarks").glob("bench_*.py"))
-    assert sorted(Path(command).stem for command in SCRIPT_TARGETS["bench"]) == benchmarks == sorted(BENCHMARKS)
+    assert sorted({Path(command.split()[0]).stem for command in SCRIPT_TARGETS["bench"]}) == benchmarks == sorted(
+        BENCHMARKS)
 
 
 def run_benchmark(name: str, args: list[str], folder: Path) -> str:
@@ -147,3 +150,20 @@ def test_a_docs_folder_without_the_page_is_refused_before_anything_runs(name, pa
     assert str(stop.value).startswith(f"the '--docs-dir' option of {name}.py must be a folder holding {page} with "
                                       f"one {module.BEGIN} … {module.END} block; got {tmp_path} (")
     assert "\n" not in str(stop.value) and not (tmp_path / "out").exists()
+
+
+@pytest.mark.processes
+def test_bench_during_prints_each_methods_overhead(tmp_path, shared_cache):
+    args = [*BENCHMARKS["bench_during"], f"paths.cache_dir={shared_cache}"]
+    printed = run_benchmark("bench_during", args, tmp_path).splitlines()
+    assert printed[0].startswith("evaluation during unlearning: a point every 10% of each method's steps;")
+    assert printed[1].split()[:7] == ["method", "steps", "every", "points", "unlearn", "s", "points"]
+    rows = {line.split()[0]: line.split() for line in printed[3:]}
+    assert sorted(rows) == ["finetune", "ssd"]
+    assert rows["ssd"][1:4] == ["1", "1", "2"]  # no step loop: one update, points at 0 and 1
+    steps, every, points = (int(v) for v in rows["finetune"][1:4])
+    assert every == -(-steps // 10) and points == len({*range(0, steps + 1, every), steps})
+    for row in rows.values():
+        unlearn_s, spent, extra = float(row[4]), float(row[5]), float(row[6].rstrip("%"))
+        assert unlearn_s > 0 and spent > 0 and extra == pytest.approx(100 * spent / unlearn_s, abs=1)
+        assert row[7] == ("met" if extra <= 25 else "missed")

@@ -3,6 +3,8 @@ script, and UNSIR's noise steps, which run backward passes through a DDP model w
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from helpers import REPO, TINY, make_task, results, run_cli
@@ -34,8 +36,10 @@ def registered_image_methods() -> set[str]:
 
 def test_every_image_method_completes_on_two_ranks(tmp_path, shared_cache):
     """One job of every method (one M_o, one M_r, in the suite's cache: test_ranks.py's jobs need them too):
-    complete, no method failed, every accuracy a fraction."""
-    run = run_cli([*SMALL, f"paths.cache_dir={shared_cache}"], tmp_path, timeout=300)
+    complete, no method failed, every accuracy a fraction; each method's dynamics taken by both ranks (a point after
+    every epoch, on 16 examples of each split)."""
+    during = ["evaluation.during.every=1epoch", "evaluation.during.max_examples=16"]
+    run = run_cli([*SMALL, *during, f"paths.cache_dir={shared_cache}"], tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr[-4000:]
     (result,) = results(tmp_path / "sweep").values()
     assert result["status"] == "complete" and result["error"] is None
@@ -49,6 +53,12 @@ def test_every_image_method_completes_on_two_ranks(tmp_path, shared_cache):
         for split in SPLITS:
             value = accuracy[method, split]
             assert value is not None and 0.0 <= value <= 1.0, (method, split, value)
+    points = {}
+    for r in result["records"]:
+        if "step" in r:
+            points.setdefault(r["method"], set()).add(r["step"])
+            assert r["value"] is None or math.isfinite(r["value"]), r
+    assert set(points) == ran and all(0 in steps and len(steps) >= 2 for steps in points.values())
 
 
 def unsir_on_two_ranks(fabric: Fabric) -> dict:

@@ -44,6 +44,13 @@ class Evaluation(ABC):
         """M_u's records with its cost, evaluated in the stage `evaluation:<method>`; its per-example outputs kept
         unless it diverged."""
 
+    @abstractmethod
+    def during(self, method: str, model: Any | None) -> dict[tuple[str, str | None], float | None]:
+        """One point of `method`'s dynamics (`evaluation.during`, runtime/during.py): the scores, (metric, split) →
+        value, of `model` between two of its updates (None: M_o, before the first), on the metrics and the examples
+        `evaluation.during` names. It must leave the run as it found it: no random number drawn but from generators
+        of its own, the model's parameters, buffers and optimizer untouched."""
+
 
 class Bench(ABC):
     """One task's side of a job, the steps of the loop in the order it calls them."""

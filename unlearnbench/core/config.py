@@ -23,6 +23,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import II, MISSING, DictConfig, ListConfig, OmegaConf
 
+from unlearnbench.runtime.during import Schedule
 from unlearnbench.runtime.errors import UserError, invalid
 
 
@@ -139,6 +140,28 @@ class Relearn:
 
 
 @dataclass
+class During:
+    """Evaluation along each method's steps (runtime/during.py; docs/comparing.md, "Unlearning dynamics"): at step 0
+    (M_o), every `every` steps or epochs and at the end, the named metrics on at most `max_examples` examples of each
+    split (the same examples at every point and for every method of a target, drawn with the evaluation seed). Off
+    by default. The final records do not change with it; its time is recorded apart (`during_time_s`)."""
+
+    every: Any = None  # null: off; N or "N steps" (every N updates of the model), "N epochs"
+    metrics: list[str] | None = None  # null: the task's leaderboard metrics that a point can compute cheaply
+    max_examples: int = ranged(256, AT_LEAST_1)  # per split, at every point
+
+    @staticmethod
+    def problems(node: DictConfig, path: str) -> list[str]:
+        """`every` read as runtime/during.py reads it."""
+        try:
+            Schedule.parse(node.get("every"))
+        except UserError:
+            return [f"{path}every={node.get('every')!r} is not valid; valid: null (off), N >= 1 or \"N steps\", "
+                    f"\"N epochs\""]
+        return []
+
+
+@dataclass
 class Evaluation:
     batch_size: int | None = ranged(None, AT_LEAST_1, optional=True)  # null: by device, 64 on CPUs, 1024 on GPUs
     examples: bool = True  # write examples.parquet (per-example outputs for the forgetting-quality scores)
@@ -146,6 +169,7 @@ class Evaluation:
     # Metrics added to the task's own (`+metric=NAME`, conf/metric/): slot → a component of the job's task
     # (docs/extending.md, "A metric"); each declares its name, label and ideal beside its function.
     metrics: dict[str, Any] = field(default_factory=dict)
+    during: During = field(default_factory=During)  # the dynamics: evaluation along each method's steps, opt-in
 
 
 @dataclass
@@ -230,6 +254,7 @@ class ReportOptions:
     # in the metric's units (None: each pair's observed difference)
     permutations: int = ranged(100, AT_LEAST_1)  # random splits behind each forgetting quality's null
     figures: bool = True  # draw figures/ (`unlearnbench-report --no-figures` leaves them out of a rebuilt one)
+    best_step: bool = False  # dynamics_best_own.csv: each job's best step on its own run, labelled optimistic
     leaderboard: Leaderboard = field(default_factory=Leaderboard)
 
 
@@ -268,6 +293,7 @@ class Tune:
     stage: str | None = ranged(None, Range(choices=("trial", "tuned", "default")), optional=True)
     trial: int | None = ranged(None, AT_LEAST_0, optional=True)
     replicate: int | None = ranged(None, AT_LEAST_0, optional=True)
+    stop_step: bool = False  # the stopping step tuned too, from the trials' step records (docs/tuning.md)
 
 
 @dataclass

@@ -10,6 +10,7 @@ loop is every task's; each step is the task's bench's (`task.bench`, core/bench.
         records += relearn time of copies of M_o, M_r on D_f (`evaluation.relearn`, opt-in)
         for each method a:
             M_u <- a(copy of M_o)                      timed; memory and utilisation sampled
+                                                       (its dynamics: M at step 0, every N, the end; opt-in)
             records += scores of M_u on every split, against M_r's, with the evaluation seed
             records += relearn time of a copy of M_u on D_f
             examples += M_o's, M_r's and M_u's outputs on D_f and samples of D_r, D'_r (examples.parquet)
@@ -28,6 +29,7 @@ from torch import nn
 
 from unlearnbench.core.bench import Bench
 from unlearnbench.core.components import locate
+from unlearnbench.core.dynamics import Dynamics
 from unlearnbench.core.files import RESULT
 from unlearnbench.core.outcome import Diverged, Outcome, job_ended, unit_name
 from unlearnbench.core.plan import JobPlan, chosen, method_config, plan_job, preload_forkserver
@@ -67,11 +69,14 @@ def execute(fabric: Fabric, plan: JobPlan) -> Outcome:
                     relearn_stage(outcome, relearning, retrained.module, target, "retrained")
                 for method in outcome.unsettled(bench.methods, target):
                     with outcome.isolated(target, method.name):
-                        unlearned, cost = bench.unlearn(method, target, splits, original, retrained)
+                        dynamics = Dynamics(plan.config, outcome, evaluation, target, method.name)
+                        with dynamics.watching():
+                            unlearned, cost = bench.unlearn(method, target, splits, original, retrained)
                         # no rank evaluates (collectives) while another is failing inside the method
                         outcome.lockstep.together(unit_name(target, method.name))
-                        scored = evaluation.unlearned(method.name, unlearned, cost)
+                        scored = evaluation.unlearned(method.name, unlearned, dynamics.cost(cost))
                         outcome.records += scored.records
+                        dynamics.end(unlearned)
                         if scored.diverged:  # its metrics are null or left out, with the reason
                             raise Diverged(scored.diverged)
                         if relearning is not None:

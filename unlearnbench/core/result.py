@@ -199,7 +199,10 @@ def _require(ok: bool, where: str, value, expected: str) -> None:
         raise SchemaError(f"{where}: {reprlib.repr(value)} is not {expected}")
 
 
-RECORD_SCHEMA = [  # (key, test, what it must be); `round` alone may be absent
+# (key, test, what it must be); `round` alone may be absent. A point of the dynamics (`evaluation.during`) adds
+# `step` and `epoch`, checked record by record where they are read (report/read/collect.py): a bad one drops its
+# record with a warning, not the whole result.
+RECORD_SCHEMA = [
     ("metric", lambda v: isinstance(v, str), "a string"),
     ("role", lambda v: v in ROLES, "one of " + ", ".join(ROLES)),
     ("target", lambda v: isinstance(v, str) or _int(v), "a string or an integer"),

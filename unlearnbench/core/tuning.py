@@ -1,7 +1,7 @@
 """Tuning judged on training seeds it never saw (`experiment=tune`, docs/tuning.md): the search spaces the methods
 declare, the seeded search that starts from each method's defaults, the tuning's settings (replicates and their
-seed sets) and command line, and its record, which the report reads (`tuning.json`; the objective:
-`report/compute/tuning.py`).
+seed sets) and command line, how a method's rerun stops at a tuned step (`tune.stop_step`: `stopping_of`), and its
+record, which the report reads (`tuning.json`; the objective: `report/compute/tuning.py`).
 
 A method declares what is worth tuning in its YAML, a `tune:` block with one entry per option (read here, never
 passed to its constructor):
@@ -212,6 +212,7 @@ class Settings:
     objective: list[str] | None
     startup_trials: int = 10
     sets: tuple[tuple[int, ...], ...] = ()
+    stop_step: bool = False  # the stopping step tuned too, from the trials' step records
 
     @property
     def replicates(self) -> int:
@@ -227,9 +228,12 @@ class Settings:
         seeds, heldout = list(tune["seeds"]), list(tune["heldout"])
         distinct("heldout", heldout)
         sets = replicate_sets(tune.get("seed_sets"), tune.get("replicates", 1), seeds, heldout)
+        stop_step = tune.get("stop_step", False)
+        if not isinstance(stop_step, bool):
+            raise invalid("tune.stop_step", "experiment=tune", "true or false", stop_step)
         return cls(tune["trials"], seeds, heldout, tune["seed"],
                    None if tune["objective"] is None else list(tune["objective"]), tune.get("startup_trials", 10),
-                   sets)
+                   sets, stop_step)
 
 
 def distinct(name: str, seeds: list[int]) -> None:
@@ -266,6 +270,80 @@ def held_out_apart(heldout: list[int], tuning: list[int], option: str) -> None:
     if shared:
         raise UserError(f"the 'tune.heldout' option must hold training seeds the trials never see; got {heldout}, "
                         f"which shares {', '.join(map(str, shared))} with {option}")
+
+
+IMAGE = "unlearnbench.tasks.image.methods."
+# The image methods whose run of e epochs is the first e epochs of a longer run (the same data order, updates and
+# learning rates: nothing in them depends on the epoch count), so `method.epochs=e` reruns a trial to its epoch e.
+STOP_AT_EPOCH = {f"{IMAGE}{path}" for path in ("finetune.FineTune", "gradient_ascent.GradientAscent",
+                                                "neggrad_plus.NegGradPlus", "random_labels.RandomLabels",
+                                                "salun.SalUn", "scrub.Scrub", "bad_teacher.BadTeacher")}
+NOT_STOPPABLE = {  # why a shorter run of these is not the start of a longer one (the refusal says)
+    f"{IMAGE}l1_sparse.L1Sparse": "its l1 weight decays to 0 at its last epoch, so a shorter run decays faster",
+    f"{IMAGE}unsir.Unsir": "it runs two phases (impair, then repair) whose epochs are counted apart",
+    f"{IMAGE}ssd.SSD": "it takes no steps (one update)",
+    f"{IMAGE}lfssd.LFSSD": "it takes no steps (one update)",
+}
+TEXT_LOOP = ("unlearnbench.tasks.text.methods.base", "ForgetRetainMethod")  # the text task's shared loop
+STOPPABLE = ("the image methods finetune, gradient_ascent, neggrad_plus, random_labels, salun, scrub and bad_teacher "
+             "(at an epoch, evaluation.during.every='N epochs'), and the text task's forget-retain methods with a "
+             "constant schedule (at a step, max_steps)")
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """How a method's rerun stops at the step a tuning chose (`tune.stop_step`): the override `key` that stops it
+    (the image methods' `method.epochs`, the text loop's `max_steps`) and the `unit` it counts, "epoch" or "step",
+    in which the trials' step records are read."""
+
+    key: str
+    unit: str
+
+    def override(self, step: int, epoch: float | None) -> str:
+        """The held-out jobs' override that stops the method at a chosen step record (its epoch for an epoch
+        count)."""
+        return f"{self.key}={int(epoch) if self.unit == 'epoch' else int(step)}"
+
+
+def stopping_of(method: Mapping[str, Any], config: Mapping[str, Any]) -> Stopping:
+    """How `method` (its composed config) stops at a chosen step in the jobs of `config` (the composed job config);
+    a `UserError` in one line where the trials record no steps (`evaluation.during.every` unset), or where a rerun
+    to a step is not the start of the trials' longer run."""
+    from unlearnbench.core.components import target_of
+    from unlearnbench.runtime.during import Schedule
+
+    name = method.get("name", "?")
+    schedule = Schedule.parse(((config.get("evaluation") or {}).get("during") or {}).get("every"))
+    if schedule is None:
+        raise UserError("tune.stop_step=true chooses the stopping step from the trials' step records: set "
+                        "evaluation.during.every (an image method stops at an epoch: '1 epoch'; a text method at a "
+                        "step: N)")
+    target = target_of(method, "method")
+    path = f"{target.__module__}.{target.__qualname__}"
+    if any((c.__module__, c.__name__) == TEXT_LOOP for c in getattr(target, "__mro__", ())):
+        return text_stopping(name, method, (config.get("train") or {}).get("unlearn") or {})
+    if path in STOP_AT_EPOCH:
+        if schedule.unit != "epoch":
+            raise UserError(f"tune.stop_step=true reruns method {name} to a whole number of epochs (method.epochs), "
+                            f"so its trials must evaluate at epochs: set evaluation.during.every='N epochs' (got "
+                            f"{config['evaluation']['during']['every']!r})")
+        return Stopping("method.epochs", "epoch")
+    why = NOT_STOPPABLE.get(path, "it has no option that stops its run at a step")
+    raise UserError(f"tune.stop_step=true cannot rerun method {name} to a chosen step: {why}; the methods that can: "
+                    f"{STOPPABLE}")
+
+
+def text_stopping(name: str, method: Mapping[str, Any], loop: Mapping[str, Any]) -> Stopping:
+    """The text loop stops at `max_steps`: the job's `train.unlearn.max_steps` where it is set (it rules over the
+    method's own), else `method.max_steps`. Its linear schedule decays to 0 at the last step, so a run cut by
+    `max_steps` is the start of a longer one only with the constant schedule (the warm-up counts epochs of the
+    forget set, the same in both)."""
+    schedule = loop.get("schedule") or method.get("schedule", "linear")
+    if schedule != "constant":
+        raise UserError(f"tune.stop_step=true cannot rerun text method {name} to a chosen step with its {schedule} "
+                        f"schedule: max_steps would end the decay at that step, which the trial's longer run did "
+                        f"not; set method.schedule=constant (train.unlearn.schedule=constant where the job sets it)")
+    return Stopping("train.unlearn.max_steps" if loop.get("max_steps") is not None else "method.max_steps", "step")
 
 
 SWEEPER_KEYS = ("seeds.train", "tune.stage", "tune.trial", "tune.replicate")  # set by the sweeper on each job

@@ -116,7 +116,8 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
                  permutations: int = stats.NULL_PERMUTATIONS, target_se: float = TARGET_SE,
                  forget_permutations: int = FORGET_PERMUTATIONS,
                  leaderboard_metrics: Sequence[str] | None = None, resamples: int = RESAMPLES,
-                 compare: Sequence[str] | None = None, min_difference: float | None = None) -> Report:
+                 compare: Sequence[str] | None = None, min_difference: float | None = None,
+                 best_step: bool = False) -> Report:
     """Build the report of the `result.json` files under `folders` into `out`; the jobs that did not complete (and
     the files that are not results) are listed in its failed section and returned in `Report.failed`.
     `leaderboard_metrics` (`metric:split` or `metric`): None for the declared leaderboard metrics of the results.
@@ -148,7 +149,7 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
     study.curves, curve_warnings = curve_table(jobs, study.keys)
     study.leaderboard = leaderboards(study.values, study.keys, ranked_by, catalogue, resamples)
     study.powers = seed_powers(study, None if compare is None else list(compare), min_difference)
-    analyse_dynamics(study, jobs)
+    analyse_dynamics(study, jobs, best_step)
     ranked, pairs = leaderboard_tables(study.leaderboard, study.keys)
     for name, table in (("summary", study.summary), ("table", study.table), ("seed_variance", study.variance),
                         ("seed_variance_by_seed", study.variance_by_seed),
@@ -160,7 +161,8 @@ def build_report(folders: list[Path], out: Path, figures: bool = True,
                         ("forget_quality_by_example", study.forgetting.by_example),
                         ("forget_quality_across_seeds", study.forgetting.across), ("curves", study.curves),
                         ("leaderboard", ranked), ("leaderboard_pairs", pairs), ("dynamics", study.dynamics),
-                        ("dynamics_by_seed", study.dynamics_by_seed), ("dynamics_best", study.dynamics_best)):
+                        ("dynamics_by_seed", study.dynamics_by_seed), ("dynamics_best", study.dynamics_best),
+                        *([("dynamics_best_own", study.dynamics_best_own)] if best_step else [])):
         write(out / f"{name}.csv", lambda path, table=table: worded(table).to_csv(path, index=False))
     warnings = [*map(text, study.warnings), *read_warnings(jobs), *map(text, study.forgetting.left_out),
                 *curve_warnings]

@@ -47,7 +47,8 @@ def report(folder: Path, config: DictConfig) -> None:
                                  leaderboard_metrics=leaderboard_metrics(config),
                                  resamples=config.report.leaderboard.resamples,
                                  compare=None if config.report.compare is None else list(config.report.compare),
-                                 min_difference=config.report.min_difference)
+                                 min_difference=config.report.min_difference,
+                                 best_step=bool(config.report.get("best_step", False)))
     except (WriteError, UserError) as error:  # a full disk, a read-only folder, an unrankable leaderboard metric:
         # one line, the results stay on disk
         announce([{"folder": str(folder / "report"), "error": f"the report was not written: {error}"}], 1)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from unlearnbench.runtime import interrupt
+from unlearnbench.runtime import during, interrupt
 from unlearnbench.runtime.errors import FILE_ONLY, FileOnly
 
 log = logging.getLogger("unlearnbench.progress")
@@ -176,6 +176,7 @@ class EpochMeter:
             say(line, console=settings.live and not self.bar)
             if self.bar:
                 self.bar.epoch_done(f"{epoch}/{self.last_epoch}", loss, self.accuracy, rate)
+        during.epoch_ended()
         return self.accuracy
 
     def __enter__(self) -> EpochMeter:

@@ -17,7 +17,7 @@ import torch
 from lightning_fabric import Fabric
 from torch import Tensor, nn
 
-from unlearnbench.runtime import interrupt
+from unlearnbench.runtime import during, interrupt
 
 
 def batch_count(n: int, batch_size: int, world_size: int, training: bool = True) -> int:
@@ -61,12 +61,15 @@ def float_logits(logits: Tensor) -> Tensor:
 def descend(fabric: Fabric, optimizer: torch.optim.Optimizer, loss: Tensor,
             scheduler: torch.optim.lr_scheduler.LRScheduler | None = None, model: nn.Module | None = None) -> None:
     """One optimisation step on `loss` through Fabric (precision scaling, gradient synchronisation). `model`: the
-    module the step trains, which DeepSpeed needs named once a job has set up more than one."""
+    module the step trains, which DeepSpeed needs named once a job has set up more than one, and which an evaluation
+    along the steps (runtime/during.py) evaluates: a step without it updates something else (UNSIR's noise)."""
     optimizer.zero_grad(set_to_none=True)
     fabric.backward(loss, model=model)
     optimizer.step()
     if scheduler is not None:
         scheduler.step()
+    if model is not None:
+        during.stepped(model)
 
 
 def recipe_schedule(optimizer: torch.optim.Optimizer, steps_per_epoch: int, warmup_epochs: float,

@@ -86,6 +86,7 @@ class Study:
     dynamics_by_seed: pd.DataFrame = field(default_factory=pd.DataFrame)
     dynamics_best: pd.DataFrame = field(default_factory=pd.DataFrame)
     dynamics_paths: pd.DataFrame = field(default_factory=pd.DataFrame)
+    dynamics_best_own: pd.DataFrame = field(default_factory=pd.DataFrame)  # `report.best_step` only: optimistic
 
     @property
     def groups(self) -> list[str]:

@@ -19,7 +19,13 @@ left out here too.
 - `dynamics_best.csv`: per row of a headline metric with an ideal, the step whose mean is closest to the ideal (for
   `retrained`: to M_r's mean), and each training seed's own best step (min, median, max over the seeds). A step
   chosen on the runs it is reported on is optimistic: issue 58's tuning of the stopping step judges it on held-out
-  seeds.
+  seeds;
+- `dynamics_best_own.csv` (`report.best_step=true`, off by default): per row of a headline metric with a goal (the
+  same goal as `dynamics_best.csv`) and per job (its seeds), the step whose value is closest to the goal on that
+  job's own run, its value, the last step's and the job's final value; `best_own_summary` averages them over the
+  jobs. Optimistic by construction: the step is chosen on the very run it is reported on, on at most
+  `evaluation.during.max_examples` examples per split. `experiment=tune` with `tune.stop_step=true` chooses the step
+  on some training seeds and judges it on others (docs/tuning.md): the way to trust it.
 """
 
 from __future__ import annotations
@@ -150,6 +156,59 @@ def best_steps(dynamics: pd.DataFrame, by_seed: pd.DataFrame, keys: list[str], c
     return pd.DataFrame(rows, columns=columns)
 
 
+OWN_COLUMNS = ["seed_train", "seed_unlearn", "seed_eval", "goal", "steps", "best_step", "best_epoch", "best_value",
+               "last_step", "last_value", "final_value"]
+OWN_SUMMARY_COLUMNS = ["goal", "jobs", "final_mean", "final_distance", "best_own_mean", "best_own_distance",
+                       "best_step_min", "best_step_median", "best_step_max"]
+
+
+def best_own_steps(values: pd.DataFrame, dynamics: pd.DataFrame, finals: pd.DataFrame, keys: list[str],
+                   catalogue: Catalogue) -> pd.DataFrame:
+    """dynamics_best_own.csv: per row of a headline metric whose goal is known (`goal_of`, with the row's M_r mean
+    as `dynamics_best.csv` takes it) and per job (training, unlearning and evaluation seed), the step of that job's
+    own run whose value is closest to the goal (the earliest on ties), that value, the last step's, and the job's
+    final value (`finals`: the study's `values`, NaN where the job has none)."""
+    columns = [*keys, *ROW, *OWN_COLUMNS]
+    headline = set(catalogue.roles("headline"))
+    goals = dynamics.drop_duplicates(subset=[*keys, *ROW])[[*keys, *ROW, "retrained_mean"]] if not dynamics.empty \
+        else pd.DataFrame(columns=[*keys, *ROW, "retrained_mean"])
+    final = finals.drop_duplicates(subset=[*keys, *ROW, *SEEDS], keep="last").set_index(
+        [*keys, *ROW, *SEEDS])["value"] if not finals.empty else pd.Series(dtype=float)
+    rows = []
+    for ident, mine in values.dropna(subset=["value"]).merge(goals, on=[*keys, *ROW]).groupby(
+            [*keys, *ROW, *SEEDS], sort=False):
+        row = dict(zip([*keys, *ROW, *SEEDS], ident, strict=True))
+        goal = goal_of(catalogue.ideal(row["metric"]), mine["retrained_mean"].iloc[0])
+        if (row["metric"], row["split"]) not in headline or math.isnan(goal):
+            continue
+        mine = mine.sort_values("step", kind="stable")
+        best = mine.loc[(mine["value"] - goal).abs().idxmin()]
+        rows.append({**row, "goal": goal, "steps": len(mine), "best_step": int(best["step"]),
+                     "best_epoch": best["epoch"], "best_value": best["value"], "last_step": int(mine["step"].iloc[-1]),
+                     "last_value": mine["value"].iloc[-1], "final_value": final.get(ident, math.nan)})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def best_own_summary(own: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per row of `best_own_steps`' table, over its jobs: the mean final value and its mean distance to the goal
+    beside the mean best-on-its-own-run value and its mean distance (optimistic), and the spread of the jobs' best
+    steps (min, median, max)."""
+    columns = [*keys, *ROW, *OWN_SUMMARY_COLUMNS]
+    if own.empty:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for ident, mine in own.groupby([*keys, *ROW], sort=False):
+        goal = mine["goal"].iloc[0]
+        rows.append({**dict(zip([*keys, *ROW], ident, strict=True)), "goal": goal, "jobs": len(mine),
+                     "final_mean": mine["final_value"].mean(),
+                     "final_distance": (mine["final_value"] - goal).abs().mean(),
+                     "best_own_mean": mine["best_value"].mean(),
+                     "best_own_distance": (mine["best_value"] - goal).abs().mean(),
+                     "best_step_min": mine["best_step"].min(), "best_step_median": float(mine["best_step"].median()),
+                     "best_step_max": mine["best_step"].max()})
+    return pd.DataFrame(rows, columns=columns)
+
+
 def plane_paths(by_seed: pd.DataFrame, keys: list[str], catalogue: Catalogue) -> pd.DataFrame:
     """Each training seed's path in the catalogue's forgetting–utility plane: per configuration, target, method,
     training seed and step where both axes have a value, `forgetting` and `utility` (the per-seed means); empty where
@@ -168,11 +227,14 @@ def plane_paths(by_seed: pd.DataFrame, keys: list[str], catalogue: Catalogue) ->
     return paths.sort_values(on, kind="stable").reset_index(drop=True)
 
 
-def analyse_dynamics(study: Study, jobs: list[dict]) -> Study:
-    """The study with its dynamics tables filled from the jobs' step records (all empty where there are none)."""
+def analyse_dynamics(study: Study, jobs: list[dict], best_step: bool = False) -> Study:
+    """The study with its dynamics tables filled from the jobs' step records (all empty where there are none); with
+    `best_step` (`report.best_step`), the best step on each job's own run too (`dynamics_best_own`)."""
     values = step_values(jobs, study.keys)
     study.dynamics_by_seed = by_seed_table(values, study.keys)
     study.dynamics = dynamics_table(study.dynamics_by_seed, study.keys, study.table)
     study.dynamics_best = best_steps(study.dynamics, study.dynamics_by_seed, study.keys, study.catalogue)
     study.dynamics_paths = plane_paths(study.dynamics_by_seed, study.keys, study.catalogue)
+    if best_step:
+        study.dynamics_best_own = best_own_steps(values, study.dynamics, study.values, study.keys, study.catalogue)
     return study

@@ -7,7 +7,8 @@ for a metric judged against the retrained model), divided by the metric's declar
 100); the mean over the metrics, then over the blocks. Lower is better: 0 is a method at every ideal. A scaled
 distance lies in [0, 1] where the metric's values span at most its scale (accuracies, ΔMIA, forget quality, model
 utility, ROUGE); |privleak|/100 can exceed 1. The metrics are the catalogue's leaderboard ones, or those
-`tune.objective` names.
+`tune.objective` names. With `tune.stop_step` a trial's objective is that of its best step record (`step_objective`),
+and its held-out jobs, rerun to that step, are scored on their final records as any.
 
 From `tuning.json` (the sweeper's record, core/tuning.py; a record of one replicate without a defaults' trial, as
 the sweeper wrote before replicates, reads as replicate 0):
@@ -78,6 +79,9 @@ class Scored:
     blocks: dict[tuple[str, int], float] = field(default_factory=dict)
     reason: Note | None = None
     rule: dict | None = None
+    step: int | None = None  # with `tune.stop_step`: the chosen step record's step and epoch, and each candidate's
+    epoch: float | None = None  # objective (None where it has none), keyed by the unit the method stops at
+    steps: dict[int, float | None] = field(default_factory=dict)
 
     @property
     def value(self) -> float:
@@ -87,8 +91,9 @@ class Scored:
         """What tuning.json keeps of it: the state, the objective, its value per training seed, the reason (a note,
         worded by whoever writes the file)."""
         failed = self.reason is not None
+        stopped = {"step": self.step, "epoch": self.epoch, "steps": self.steps} if self.steps else {}
         return {"state": "failed" if failed else "complete", "objective": None if failed else self.value,
-                "by_seed": {} if failed else self.by_seed(), "reason": self.reason}
+                "by_seed": {} if failed else self.by_seed(), "reason": self.reason, **stopped}
 
     def by_seed(self) -> dict[int, float]:
         """The objective per training seed (its targets' blocks averaged): the held-out interval's draws."""
@@ -102,12 +107,9 @@ def objective(frame: pd.DataFrame, jobs: list[dict], catalogue: Catalogue, metho
               metrics: list[tuple[str, str]]) -> Scored:
     """The objective of `method` over the jobs of one batch (`collect.load_results`' frame and jobs). A failed job, a
     method that failed or diverged, or a metric without a value in a block fails the batch, with the reason."""
-    for job in jobs:
-        failures = [f for f in job.get("failures") or [] if f.get("method") == method]
-        if job.get("status") != "complete" or failures:
-            error = job.get("error") or (failures[0]["error"] if failures else job.get("status"))
-            return Scored(reason=Note("job_failed", {"folder": Path(job["folder"]).name,
-                                                     "error": str(error).splitlines()[0]}))
+    failed = failed_job(jobs, method)
+    if failed is not None:
+        return Scored(reason=failed)
     mine = frame[(frame["role"] == "unlearned") & (frame["method"] == method)] if "role" in frame else frame
     blocks = sorted(set(zip(mine.get("target", []), mine.get("seed_train", []), strict=True)), key=str)
     if not blocks:
@@ -127,17 +129,79 @@ def objective(frame: pd.DataFrame, jobs: list[dict], catalogue: Catalogue, metho
     return Scored({(str(target), int(seed)): float(np.mean(found)) for (target, seed), found in distances.items()})
 
 
-def score_folders(folders: Sequence[Path], method: str, names: Sequence[str] | None) -> Scored:
-    """The objective of `method` over the jobs in `folders` (each a job folder with its result.json)."""
+def failed_job(jobs: list[dict], method: str) -> Note | None:
+    """Why the batch has no objective where a job failed, or `method` failed or diverged in one; else None."""
+    for job in jobs:
+        failures = [f for f in job.get("failures") or [] if f.get("method") == method]
+        if job.get("status") != "complete" or failures:
+            error = job.get("error") or (failures[0]["error"] if failures else job.get("status"))
+            return Note("job_failed", {"folder": Path(job["folder"]).name, "error": str(error).splitlines()[0]})
+    return None
+
+
+def score_folders(folders: Sequence[Path], method: str, names: Sequence[str] | None,
+                  unit: str | None = None) -> Scored:
+    """The objective of `method` over the jobs in `folders` (each a job folder with its result.json): on their final
+    records, or with `unit` ("step" or "epoch", `tune.stop_step`) at the best of their step records
+    (`step_objective`)."""
     frame, jobs = load_results(list(folders))
     missing = [f for f in folders if not any(j["folder"].endswith(Path(f).name) for j in jobs)]
     if missing:
         return Scored(reason=Note("no_result", {"folder": Path(missing[0]).name}))
     catalogue = catalogue_of(jobs)
     metrics = objective_metrics(names, catalogue)
-    scored = objective(frame, jobs, catalogue, method, metrics)
+    scored = (objective(frame, jobs, catalogue, method, metrics) if unit is None
+              else step_objective(frame, jobs, catalogue, method, metrics, unit))
     scored.rule = objective_rule(metrics, catalogue)
     return scored
+
+
+def step_objective(frame: pd.DataFrame, jobs: list[dict], catalogue: Catalogue, method: str,
+                   metrics: list[tuple[str, str]], unit: str) -> Scored:
+    """`method`'s objective at the best of its step records (`tune.stop_step`, docs/tuning.md): for each step
+    (`unit` "step") or epoch count ("epoch": the image methods stop at a whole epoch) after the first update, the
+    same objective as `objective`, computed with the method's step records there in place of its final records
+    (M_o's and M_r's final records stay the references); the lowest wins, the earliest on ties. A batch whose every
+    candidate lacks a value fails with the first candidate's reason. A `UserError` in one line where the jobs hold
+    no step record of the method or none of an objective metric: no step could ever be scored."""
+    failed = failed_job(jobs, method)
+    if failed is not None:
+        return Scored(reason=failed)
+    records = step_records(jobs, method, unit)
+    held = set(zip(records.get("metric", []), records.get("split", []), strict=True))
+    lacking = [f"{metric}:{split}" if split else metric for metric, split in metrics if (metric, split) not in held]
+    if lacking:
+        recorded = ", ".join(sorted(f"{m}:{s}" if s else m for m, s in held)) or "none"
+        raise UserError(f"tune.stop_step=true scores the objective on the trials' step records, which hold no "
+                        f"{', '.join(lacking)} (they hold: {recorded}); name recorded metrics with "
+                        f"tune.objective=[...] or evaluation.during.metrics=[...]")
+    finals = frame[~((frame["role"] == "unlearned") & (frame["method"] == method))]
+    scored = {at: objective(pd.concat([finals, part], ignore_index=True), jobs, catalogue, method, metrics)
+              for at, part in records.groupby(unit, sort=True)}
+    done = {at: one for at, one in scored.items() if one.reason is None}
+    steps = {int(at): (one.value if one.reason is None else None) for at, one in scored.items()}
+    if not done:
+        return Scored(reason=next(iter(scored.values())).reason, steps=steps)
+    best = min(done, key=lambda at: (done[at].value, at))
+    chosen = records[records[unit] == best]
+    epochs = chosen["epoch"].dropna()
+    return Scored(done[best].blocks, step=int(chosen["step"].min()),
+                  epoch=float(epochs.mean()) if len(epochs) else None, steps=steps)
+
+
+def step_records(jobs: list[dict], method: str, unit: str) -> pd.DataFrame:
+    """`method`'s step records after its first update (step > 0; M_o at step 0 is no stopping point), as rows of the
+    records' frame with `step` and `epoch`; with `unit` "epoch", those at a whole epoch count, the first step of
+    each (job, epoch) where several share one."""
+    rows = [row for job in jobs for row in job.get("steps") or []
+            if row.get("role") == "unlearned" and row.get("method") == method and row["step"] > 0]
+    frame = pd.DataFrame(rows, columns=None if rows else ["metric", "split", "step", "epoch"])
+    if unit == "epoch" and not frame.empty:
+        epoch = pd.to_numeric(frame["epoch"], errors="coerce")
+        frame = frame[(epoch > 0) & (epoch % 1 == 0)].assign(epoch=epoch)
+        frame = frame.sort_values("step", kind="stable").drop_duplicates(
+            subset=["folder", "target", "metric", "split", "epoch"], keep="first")
+    return frame.assign(split=frame["split"].fillna(""))
 
 
 TRIAL_COLUMNS = ["method", "replicate", "trial", "drawn", "state", "objective", "by_seed", "reason"]
@@ -146,6 +210,7 @@ TUNING_COLUMNS = ["method", "replicate", "best", "best_trial", "trials", "failed
                   "beat_defaults", "beat_by", "heldout_seeds", "objective_heldout", "heldout_low", "heldout_high",
                   "objective_default", "optimism", "optimism_low", "optimism_high", "gain", "gain_low", "gain_high",
                   "gain_p", "note"]
+STOP_COLUMNS = ["stop_step", "stop_epoch"]  # with `tune.stop_step`: the best trial's step record
 REPLICATE_COLUMNS = ["method", "replicates", "heldout_mean", "heldout_std", "heldout_min", "heldout_max",
                      "distinct_points", "points_differ", "beat_defaults", "random_search", "optimism_mean",
                      "optimism_low", "optimism_high", "gain_mean", "gain_low", "gain_high"]
@@ -196,7 +261,7 @@ def trial_rows(tunings: list[dict]) -> pd.DataFrame:
                     rows.append({"method": method, "replicate": replicate["replicate"], "trial": trial["trial"],
                                  "drawn": trial.get("drawn"), "state": trial["state"],
                                  "objective": trial.get("objective"), "by_seed": json.dumps(trial.get("by_seed") or {}),
-                                 "reason": trial.get("reason"),
+                                 "reason": trial.get("reason"), **stop_columns(trial),
                                  **{f"param_{k}": v for k, v in trial["params"].items()}})
     return pd.DataFrame(rows, columns=None if rows else TRIAL_COLUMNS)
 
@@ -238,13 +303,20 @@ def paired_gain(default: dict, tuned: dict, level: float = LEVEL) -> tuple[float
     return mean - half, mean + half, float(2 * stats.t.sf(abs(mean / sem), df))
 
 
+def stop_columns(trial: dict) -> dict:
+    """A trial's chosen step and epoch where the stopping step was tuned (`tune.stop_step`), else nothing: a tuning
+    without it keeps its columns."""
+    return {"stop_step": trial.get("step"), "stop_epoch": trial.get("epoch")} if "steps" in trial else {}
+
+
 def tuning_rows(tunings: list[dict]) -> pd.DataFrame:
     rows = []
     for tuning in tunings:
         for method, record in (tuning.get("methods") or {}).items():
             for replicate in replicates_of(tuning, record):
                 rows.append(replicate_row(method, tuning, replicate))
-    return pd.DataFrame(rows, columns=TUNING_COLUMNS)
+    stopped = any("stop_step" in row for row in rows)
+    return pd.DataFrame(rows, columns=[*TUNING_COLUMNS, *(STOP_COLUMNS if stopped else [])])
 
 
 def replicate_row(method: str, tuning: dict, replicate: dict) -> dict:
@@ -261,9 +333,9 @@ def replicate_row(method: str, tuning: dict, replicate: dict) -> dict:
         error = replicate.get("error")  # the sweeper's words in tuning.json
         why = Note("tuning_error", {"error": error}) if "error" in replicate else Note("no_trial_completed")
         return {**row, "note": (why,)}
-    point = {"point": point_label(best["params"])}
+    point = {"point": point_label({**best["params"], **stop_label(best)})}
     chosen = Note("defaults_point", point) if best.get("drawn") == DEFAULTS else Note("point", point)
-    return {**row, "best": (chosen,),
+    return {**row, "best": (chosen,), **stop_columns(best),
             "best_trial": best["trial"], "objective_tuning": best["objective"], **against_defaults(trials, best),
             **judgement(best, replicate.get("heldout", {}))}
 
@@ -290,6 +362,16 @@ def judgement(best: dict, held: dict) -> dict:
 def seed_values(part: dict) -> dict[str, float]:
     """A batch's objective per training seed (tuning.json's `by_seed`)."""
     return {str(seed): float(value) for seed, value in (part.get("by_seed") or {}).items()}
+
+
+def stop_label(trial: dict) -> dict:
+    """The chosen stopping step as the point's label shows it beside the options: its step, and its epoch where
+    the method stops at an epoch count."""
+    if "steps" not in trial:
+        return {}
+    epoch = trial.get("epoch")
+    whole = epoch is not None and float(epoch).is_integer()
+    return {"stop_step": trial["step"], **({"stop_epoch": int(epoch)} if whole else {})}
 
 
 def point_label(params: dict) -> str:

@@ -79,9 +79,13 @@ def configurations(study: Study, frame: pd.DataFrame) -> list[tuple[tuple, pd.Da
             for ident, part in frame.groupby(study.keys, sort=False)]
 
 
+LEGEND_COLUMNS = 7  # a legend of more entries wraps onto further rows, within the figure's width
+
+
 def _save(figure: Figure, path: Path, handles: list | None = None) -> Path:
     if handles:
-        figure.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=8, frameon=False)
+        figure.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), LEGEND_COLUMNS),
+                      fontsize=8, frameon=False)
     with atomic_path(path) as temporary:
         figure.savefig(temporary, format="png", dpi=DPI, metadata={"Software": None})
     return path
@@ -526,7 +530,7 @@ def dynamics(study: Study, folder: Path) -> list[Path]:
                 _dynamics_panel(axis, rows[rows["target"] == target], colours)
                 axis.set_title(f"target {target}", fontsize=9)
             figure.suptitle(f"{' · '.join(str(v) for v in ident if v != '')}: "
-                            f"{study.catalogue.label(metric, split)} along the steps (line: mean over training "
+                            f"{study.catalogue.label(metric, split)} along the steps\n(line: mean over training "
                             "seeds; band: its 95% t-interval)", fontsize=10)
             handles = [*(Line2D([], [], color=colour, label=method) for method, colour in colours.items()),
                        Line2D([], [], color="grey", linestyle="--", label="M_o (mean)"),

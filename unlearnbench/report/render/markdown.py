@@ -519,8 +519,11 @@ def dynamics_section(study: Study) -> list[str]:
              interval(r.best_mean, r.best_low, r.best_high), f"{r.last_step}: {fmt(r.last_mean)}",
              f"{fmt(r.seed_best_min)} / {fmt(r.seed_best_median)} / {fmt(r.seed_best_max)}", str(r.I)]
             for r in best.itertuples()]
+    from unlearnbench.report.render.tuning import best_own_lines  # (render/tuning.py imports this module)
+
     return [*lines, *md_table(["configuration", "method", "metric", "best step", "mean there [95% CI]",
-                               "last step: mean", "seeds' best steps: min / median / max", "I"], rows)]
+                               "last step: mean", "seeds' best steps: min / median / max", "I"], rows),
+            *best_own_lines(study.dynamics_best_own, study.keys, study.catalogue.label)]
 
 
 def first_line(error: object) -> str:

@@ -90,6 +90,37 @@ def replicate_lines(summary: pd.DataFrame) -> list[str]:
     return [*lines, ""]
 
 
+BEST_OWN_INTRO = ("**Best step on its own run (optimistic)** (`report.best_step=true`). Per method and headline "
+                  "metric, each job's step closest to the goal (the metric's ideal, M_r's mean for one judged against "
+                  "the retrained model), chosen on that job's own curve, beside the jobs' final values: the mean "
+                  "value and the mean distance to the goal over the jobs, and the spread of the chosen steps. These "
+                  "numbers are optimistic by construction: each step is the best of many looks at the same run's "
+                  "noise, scored on at most `evaluation.during.max_examples` examples per split, and no run was "
+                  "judged anywhere else. To trust a stopping step, choose it on some training seeds and judge it "
+                  "on others: `experiment=tune` with `tune.stop_step=true` (docs/tuning.md). Every job in "
+                  "`dynamics_best_own.csv`.")
+
+
+def best_own_lines(own: pd.DataFrame | None, keys: list[str], label) -> list[str]:
+    """report.md's lines on the best step of each job's own run (`compute.dynamics.best_own_summary` of `own`,
+    `dynamics_best_own.csv`), labelled optimistic; nothing where `report.best_step` is off or nothing was found.
+    `label(metric, split)` names a metric as the report does."""
+    from unlearnbench.report.compute.dynamics import best_own_summary
+    from unlearnbench.report.render.markdown import md_table
+
+    if own is None or own.empty:
+        return []
+    summary = best_own_summary(own, keys)
+    rows = [[" · ".join(str(getattr(r, k)) for k in keys if getattr(r, k) != "") + f" — target {r.target}",
+             r.method, label(r.metric, r.split), fmt(r.goal), f"{fmt(r.final_mean)} ({fmt(r.final_distance)})",
+             f"{fmt(r.best_own_mean)} ({fmt(r.best_own_distance)})",
+             f"{fmt(r.best_step_min)} / {fmt(r.best_step_median)} / {fmt(r.best_step_max)}", str(r.jobs)]
+            for r in summary.itertuples()]
+    return [BEST_OWN_INTRO, "", *md_table(["configuration", "method", "metric", "goal", "final: mean (distance)",
+                                           "best on its own run, optimistic: mean (distance)",
+                                           "its steps: min / median / max", "jobs"], rows)]
+
+
 def draw(trials: pd.DataFrame, table: pd.DataFrame, path: Path) -> Path | None:
     """figures/tuning.png: per method, each trial's objective (failed trials marked at the top), the best so far,
     and the held-out objectives of the best point and of the defaults; one colour per replicate."""

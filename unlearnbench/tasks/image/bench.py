@@ -24,15 +24,17 @@ from unlearnbench.runtime.cache import ModelCache
 from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.seeding import streams
+from unlearnbench.tasks.image.catalogue import CATALOGUE
 from unlearnbench.tasks.image.data.base import ImageData, full_pool
 from unlearnbench.tasks.image.data.scenarios import Scenario, Splits
 from unlearnbench.tasks.image.data.transforms import Normalizer
 from unlearnbench.tasks.image.evaluate import evaluation_batch_size
 from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask
 from unlearnbench.tasks.image.metrics.added import added_catalogue
+from unlearnbench.tasks.image.metrics.during import Points, point_metrics
 from unlearnbench.tasks.image.metrics.examples import ImageExamples
 from unlearnbench.tasks.image.metrics.relearn import ImageRelearning
-from unlearnbench.tasks.image.metrics.scoring import Evaluator, Outputs, Scorer
+from unlearnbench.tasks.image.metrics.scoring import Evaluator, Outputs, Scorer, Scores
 from unlearnbench.tasks.image.models.store import ModelStore, Trained, training_channels_last
 from unlearnbench.tasks.image.options import ImageTrain
 
@@ -68,6 +70,8 @@ class ImageBench(Bench):
         self.methods = [build(m, "method") for m in plan.methods]
         self.added = [build(m, f"metric {slot}") for slot, m in plan.config["evaluation"]["metrics"].items()]
         outcome.catalogue = (Catalogue.from_dict(outcome.catalogue) + added_catalogue(self.added)).as_dict()
+        during = plan.config["evaluation"]["during"]  # the dynamics' metrics, checked before any work
+        self.point_metrics = point_metrics(during["metrics"], CATALOGUE, [m.declaration.name for m in self.added])
         self.normalizer = Normalizer(self.data.mean, self.data.std)
         self.monitor = CostMonitor(fabric.device)
         runtime = cfg.runtime
@@ -186,6 +190,7 @@ class ImageEvaluation(Evaluation):
         self.scorer = scorer = bench.scorer(target, splits)
         self.scores_o, self.scores_r = scorer.model_scores(self.out_o), scorer.model_scores(self.out_r)
         self.comparison_o = scorer.comparison_scores(self.out_o, self.scores_o, self.out_r, self.scores_r)
+        self.points: Points | None = None  # the dynamics' samples and M_r's scores on them, at the first point
 
     def references(self) -> list[dict]:
         self.bench.keep_examples(self.target, self.splits, "original", None, self.out_o)
@@ -207,3 +212,11 @@ class ImageEvaluation(Evaluation):
             self.bench.keep_examples(self.target, self.splits, "unlearned", method, out_u)
         records = as_records(self.target, method, "unlearned", scores_u | comparison_u | cost_scores(cost))
         return Scored(records, f"{method} diverged: {diverged}" if diverged else None)
+
+    def during(self, method: str, model: nn.Module | None) -> Scores:
+        """A point of the method's dynamics on samples of the splits (metrics/during.py); M_o's from its outputs."""
+        if self.points is None:
+            bench = self.bench
+            self.points = Points(bench.evaluator, self.splits, bench.seeds.eval, self.target,
+                                 bench.cfg.evaluation.during.max_examples, bench.point_metrics, self.out_r, bench.added)
+        return self.points.scores(model, self.out_o if model is None else None)

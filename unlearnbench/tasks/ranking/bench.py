@@ -8,6 +8,8 @@ learning to rank, one target and no retrained model.
         rounds <- a(trained), U unlearning rounds       timed; memory and utilisation sampled
         records += NDCG@10 after every unlearning round (round T+1..T+U), online NDCG, ‖w_T − w‖
                    (a method whose weights turn non-finite: null from that round on, listed in `failures`)
+        (`evaluation.during.every=N`: records with a `step` += NDCG@10 on sampled test queries and ‖w_T − w‖ at
+         step 0 (M_o), every N rounds and the end; round i is step i)
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ from unlearnbench.core.outcome import Outcome, as_records, cost_scores
 from unlearnbench.core.plan import JobPlan
 from unlearnbench.core.result import finite
 from unlearnbench.runtime.cache import ModelCache, cache_key, cached_or_trained
-from unlearnbench.runtime.errors import UserError
+from unlearnbench.runtime.during import Schedule
+from unlearnbench.runtime.errors import UserError, invalid
 from unlearnbench.runtime.monitor import Cost, CostMonitor
-from unlearnbench.tasks.ranking.data import LetorData
+from unlearnbench.runtime.seeding import streams
+from unlearnbench.tasks.ranking.data import LetorData, Queries
 from unlearnbench.tasks.ranking.federation import ModelPoisoning, Rounds, Simulator, TrainedFederation, train_federation
 from unlearnbench.tasks.ranking.methods.base import FederatedMethod, FederatedTask
-from unlearnbench.tasks.ranking.pdgd import Ndcg, click_model
+from unlearnbench.tasks.ranking.pdgd import Ndcg, click_model, ideal_dcg
 
 ONLINE_DISCOUNT = 0.9995
 TRAINING_REVISION = 2  # raised whenever training's numbers change (2: ρ from stable denominators), so no stale cache
@@ -66,6 +70,9 @@ class RankingBench(Bench):
     def __init__(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
         config = plan.config
         self.outcome, self.seeds = outcome, config["seeds"]
+        self.during = config["evaluation"]["during"]  # checked before any work: a bad option costs no training
+        self.point_metrics = point_metrics(self.during["metrics"])
+        refuse_epochs(self.during["every"])
         with outcome.stage(f"loading {config['dataset']['name']}", "load_data"):
             self.data: LetorData = build(config["dataset"], "dataset").load()
         scenario = build(config["scenario"], "scenario")
@@ -141,6 +148,7 @@ class RankingEvaluation(Evaluation):
 
     def __init__(self, bench: RankingBench, target: str, trained: TrainedFederation) -> None:
         self.bench, self.target, self.trained = bench, target, trained
+        self.sampled: Ndcg | None = None  # NDCG@10 on the dynamics' test queries, drawn at the first point
 
     def references(self) -> list[dict]:
         """The original federation's curve, online NDCG and training time (from the cache record)."""
@@ -169,6 +177,21 @@ class RankingEvaluation(Evaluation):
                                        f"{len(trained.globals) + scored} on (unlearning round {scored + 1}); its "
                                        f"metrics are null")
 
+    def during(self, method: str, model: np.ndarray | Rounds | None) -> dict[tuple[str, None], float | None]:
+        """A point of the method's dynamics (runtime/during.py) between two of its rounds: NDCG@10 on the sampled
+        test queries and ‖w_T − w‖ of the global weights (None: M_o, the trained federation's final weights; the
+        method's `Rounds`: its last round's). Non-finite weights score null, as the final evaluation scores them.
+        Nothing random is drawn but the query sample, from a stream of its own."""
+        if self.sampled is None:
+            bench = self.bench
+            self.sampled = sampled_ndcg(bench.data.test, bench.ndcg, bench.seeds["eval"], self.target,
+                                        bench.during["max_examples"])
+        weights = point_weights(model, self.trained.final)
+        scores = {NDCG_AT_10.name: lambda: self.sampled(weights),
+                  WEIGHT_DISTANCE.name: lambda: float(np.linalg.norm(self.trained.final - weights))}
+        healthy = bool(np.isfinite(weights).all())
+        return {(metric, None): finite(scores[metric]()) if healthy else None for metric in self.bench.point_metrics}
+
 
 NDCG_AT_10 = Metric("ndcg@10", "NDCG@10", RETRAINED, headline=(NO_SPLIT,), leaderboard=(NO_SPLIT,), figure=(NO_SPLIT,))
 
@@ -177,3 +200,48 @@ def curve(target: str, method: str | None, role: str, values: np.ndarray, first:
     """Offline NDCG@10 on the test queries after each round, numbered from `first`."""
     return [{"target": target, "method": method, "role": role, "metric": "ndcg@10", "split": None,
              "round": first + i, "value": finite(float(value))} for i, value in enumerate(values)]
+
+
+# what a point of the dynamics computes; online NDCG, a discounted sum over a whole run's rounds, is the end's alone
+POINT_METRICS = (NDCG_AT_10, WEIGHT_DISTANCE)
+
+
+def point_metrics(asked: list[str] | None) -> list[str]:
+    """The metrics each point computes: those `evaluation.during.metrics` names, or (null) the leaderboard metrics
+    among those a point can compute."""
+    valid = [metric.name for metric in POINT_METRICS]
+    if asked is None:
+        return [metric.name for metric in POINT_METRICS if metric.leaderboard]
+    unknown = [name for name in asked if name not in valid]
+    if unknown:
+        raise invalid("metrics", "evaluation.during", f"null or a list of {', '.join(valid)} (online NDCG sums a "
+                      f"whole run's rounds: it is scored at the end alone)", list(asked))
+    return list(asked)
+
+
+def refuse_epochs(every) -> None:
+    """The ranking methods count rounds (one a step) and no epochs: `N epochs` would score M_o and the end alone."""
+    schedule = Schedule.parse(every)
+    if schedule is not None and schedule.unit == "epoch":
+        raise invalid("every", "evaluation.during", 'null, or N >= 1 or "N steps" (every N unlearning rounds: the '
+                      "ranking methods count rounds, no epochs)", every)
+
+
+def sampled_ndcg(queries: Queries, whole: Ndcg, seed_eval: int, target: str, size: int) -> Ndcg:
+    """NDCG@10 on at most `size` of the queries it scores (those with a relevant document), the same at every point
+    and for every method: drawn with the evaluation seed from a stream of its own (no method's draws move); `whole`,
+    the final evaluation's scorer, when all of them fit, so that a point equals that round's record."""
+    scored = np.flatnonzero(ideal_dcg(queries.labels) > 0)
+    if len(scored) <= size:
+        return whole
+    keep = np.sort(streams("during", seed_eval, target).numpy.choice(scored, size, replace=False))
+    return Ndcg(queries.features[keep], queries.labels[keep])
+
+
+def point_weights(model: np.ndarray | Rounds | None, final: np.ndarray) -> np.ndarray:
+    """The global weights a point scores: `final` for M_o (None) or a method that ran no round, a `Rounds`' last."""
+    if model is None:
+        return final
+    if isinstance(model, Rounds):
+        return np.asarray(model.globals[-1], dtype=float).reshape(-1) if model.globals else final
+    return model

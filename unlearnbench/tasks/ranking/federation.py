@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from unlearnbench.runtime import interrupt
+from unlearnbench.runtime import during, interrupt
 from unlearnbench.runtime.errors import UserError
 from unlearnbench.tasks.ranking import pdgd
 from unlearnbench.tasks.ranking.data import LetorData, Queries
@@ -78,6 +78,14 @@ class Rounds:
     globals: list[np.ndarray] = field(default_factory=list)
     online: list[float] = field(default_factory=list)
     locals: list[np.ndarray] = field(default_factory=list)  # kept only when asked (training stores them)
+
+    def ended(self, weights: np.ndarray, online: float) -> None:
+        """A round ended with the global model `weights`: kept, and announced as one step of the method's run
+        (`runtime.during.stepped`: a point of its dynamics may score it; nothing happens outside a watched method,
+        e.g. in training). One unlearning round is one step, so step i is the record of round T + i."""
+        self.globals.append(weights)
+        self.online.append(online)
+        during.stepped(weights)
 
 
 def partition(queries: int, clients: int, rng: np.random.Generator) -> np.ndarray:
@@ -216,8 +224,7 @@ def run_rounds(simulator: Simulator, start: np.ndarray, queries: Callable[[Seque
         local, online = simulator.local_models(weights, queries(clients), [rngs[k] for k in clients],
                                                [behaviours[k] for k in clients])
         weights = fedavg(local)
-        result.globals.append(weights)
-        result.online.append(online)
+        result.ended(weights, online)
         if keep_locals:
             result.locals.append(local)
     return result

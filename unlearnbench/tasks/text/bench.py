@@ -39,9 +39,10 @@ from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.monitor import Cost, CostMonitor
 from unlearnbench.runtime.seeding import global_seed, streams
 from unlearnbench.runtime.train import NonFiniteStep
-from unlearnbench.tasks.text.benchmarks.tofu import SELECTION, TextEvaluator
+from unlearnbench.tasks.text.benchmarks.tofu import POINTS, SELECTION, TextEvaluator
 from unlearnbench.tasks.text.data.records import IDK_ANSWERS
 from unlearnbench.tasks.text.evaluate import nli
+from unlearnbench.tasks.text.evaluate.during import PointMetrics, Points, PointSettings, Scores
 from unlearnbench.tasks.text.evaluate.examples import TextExamples
 from unlearnbench.tasks.text.evaluate.generation import Sampling
 from unlearnbench.tasks.text.methods.base import TextMethod, TextTask
@@ -84,6 +85,7 @@ class TextBench(Bench):
     scenario_type: type = ForgetEntities  # the scenario and preset this bench's data runs in
     preset = "experiment=tofu"
     selection = SELECTION  # the metrics its jobs show, and how (`core.catalogue.declared`)
+    points: PointMetrics = POINTS  # what a point of a method's dynamics can record (`evaluation.during`)
 
     def __init__(self, fabric: Fabric, plan: JobPlan, outcome: Outcome) -> None:
         self.prepare(fabric, plan, outcome)
@@ -133,10 +135,19 @@ class TextBench(Bench):
         self.gradnorm = config["evaluation"]["gradnorm"] is not False and not shards_weights(fabric)
         if config["evaluation"]["sampling"]["k"] and config["evaluation"]["sampling"]["nli"]:
             nli.checked(config["evaluation"]["sampling"]["nli"])  # a bad judge refused before any model trains
+        self.during = self.point_settings()  # unknown metrics refused before any model trains
         if config["evaluation"]["relearn"]["enabled"] and shards_weights(fabric):
             raise UserError(f"evaluation.relearn copies each model whole, which strategy={config['strategy']['name']} "
                             f"splits across ranks; for relearn time use strategy single, ddp, ddp_spawn or "
                             f"deepspeed_stage_1/2")
+
+    def point_settings(self) -> PointSettings:
+        """`evaluation.during` read: the metrics of each point (evaluate/during.py; null: the benchmark's leaderboard
+        metrics that need no generation, or their stand-ins), its sample size and the evaluation seed."""
+        options = self.config["evaluation"]
+        leaderboard = [roles.name for roles in self.selection.metrics if roles.leaderboard]
+        metrics = self.points.chosen(options["during"]["metrics"], leaderboard, bool(options["sampling"]["k"]))
+        return PointSettings(metrics, options["during"]["max_examples"], self.seeds["eval"])
 
     def scored_holdout(self, target: str, splits: TextSplits) -> TextSplits:
         """The splits with the holdout set this job scores: a tuning's trials one part of it, its held-out judgement
@@ -266,7 +277,8 @@ class TextBench(Bench):
         evaluator = TextEvaluator(self.fabric, self.encoder, splits, options["batch_size"] or EVAL_BATCH,
                                   self.model.max_new_tokens, self.sampling(), self.gradnorm,
                                   options["reference_numerics"])
-        return TextEvaluation(self.outcome, evaluator, target, self.positions(target, splits), original, retrained)
+        return TextEvaluation(self.outcome, evaluator, target, self.positions(target, splits), original, retrained,
+                              self.points, self.during)
 
     def sampling(self) -> Sampling | None:
         """Leak@k's sampled decoding (`evaluation.sampling`), from the evaluation seed; None where it is off."""
@@ -306,8 +318,10 @@ class TextEvaluation(Evaluation):
     """One target's scores: M_r's and M_o's evaluated together, every M_u against M_r's (forget quality, privleak)."""
 
     def __init__(self, outcome: Outcome, evaluator: TextEvaluator, target: str, positions: dict,
-                 original: TunedModel, retrained: TunedModel) -> None:
+                 original: TunedModel, retrained: TunedModel, points: PointMetrics, during: PointSettings) -> None:
         self.outcome, self.evaluator, self.target, self.positions = outcome, evaluator, target, positions
+        self.point_metrics, self.point_settings = points, during
+        self.points: Points | None = None  # the dynamics' samples and M_o's and M_r's outputs on them, at the first
         self.costs = {"original": cost_scores(original.cost), "retrained": cost_scores(retrained.cost)}
         with outcome.stage(f"target {target}: evaluation of M_r and M_o", "evaluation:reference"):
             self.out_r, self.out_o = evaluator.outputs(retrained.module), evaluator.outputs(original.module)
@@ -331,6 +345,14 @@ class TextEvaluation(Evaluation):
         self.keep_examples("unlearned", method, out_u)
         return Scored(as_records(self.target, method, "unlearned",
                                  self.evaluator.values(out_u, self.out_r) | cost_scores(cost)))
+
+    def during(self, method: str, model: nn.Module | None) -> Scores:
+        """A point of the method's dynamics on samples of the benchmark's examples (evaluate/during.py); M_o's from
+        the outputs the evaluation holds."""
+        if self.points is None:
+            self.points = Points(self.evaluator, self.point_metrics, self.point_settings, self.target, self.out_o,
+                                 self.out_r)
+        return self.points.scores(model)
 
     def keep_examples(self, role: str, method: str | None, outputs: dict) -> None:
         """A model's rows of examples.parquet, unless `evaluation.examples` is off."""

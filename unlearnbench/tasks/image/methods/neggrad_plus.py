@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from unlearnbench.core.config import Range
+from unlearnbench.runtime import during
 from unlearnbench.runtime.train import descend, float_logits
 from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, setting
 from unlearnbench.tasks.image.train import Batches
@@ -69,4 +70,5 @@ class NegGradPlus(ImageMethod):
             for retain_batch in retain:
                 loss = neggrad_loss(model, retain_batch, next(forget, None), alpha)
                 descend(task.fabric, optimizer, loss, model=model)
+            during.epoch_ended()
         return model

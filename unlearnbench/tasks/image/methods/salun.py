@@ -49,6 +49,7 @@ from lightning_fabric import Fabric
 from torch import Tensor, nn
 
 from unlearnbench.core.config import Range
+from unlearnbench.runtime import during
 from unlearnbench.runtime.train import float_logits
 from unlearnbench.tasks.image.data.base import Subset
 from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, random_other_labels, setting
@@ -110,6 +111,7 @@ class MaskedTrainer:
             if p.grad is not None:
                 p.grad.mul_(m)
         self.optimizer.step()
+        during.stepped(self.model)
 
 
 def passes_epoch(trainer: MaskedTrainer, forget: Batches, retain: Batches, forget_labels: Tensor) -> None:
@@ -163,6 +165,7 @@ class SalUn(ImageMethod):
         retain = task.batches(task.splits.retain_train, batch_size)
         for _ in range(setting(self.epochs, task)):
             passes_epoch(trainer, forget, retain, self.relabelled_forget(task))
+            during.epoch_ended()
 
     def train_mixed(self, trainer: MaskedTrainer, task: UnlearningTask, batch_size: int) -> None:
         forget, retain = task.splits.forget_train, task.splits.retain_train
@@ -171,3 +174,4 @@ class SalUn(ImageMethod):
         for _ in range(setting(self.epochs, task)):
             labels = torch.cat([self.relabelled_forget(task), retain.labels[retain.indices]])
             mixed_epoch(trainer, batches, labels)
+            during.epoch_ended()

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from unlearnbench.core.config import AT_LEAST_0, AT_LEAST_1, Range
+from unlearnbench.runtime import during
 from unlearnbench.runtime.train import descend, float_logits
 from unlearnbench.tasks.image.methods.base import ImageMethod, UnlearningTask, refuse_float16, setting
 from unlearnbench.tasks.image.train import Batches
@@ -97,6 +98,7 @@ class Scrub(ImageMethod):
             if epoch <= setting(self.msteps, task):
                 self.max_pass(student, teacher, optimizer, forget, task)
             self.min_pass(student, teacher, optimizer, retain, task)
+            during.epoch_ended()
         return student
 
     def max_pass(self, student: nn.Module, teacher: nn.Module, optimizer: torch.optim.Optimizer, forget: Batches,

@@ -92,7 +92,9 @@ class Scorer:
         forget_test = self.splits.forget_test
         return forget_test if forget_test.pool == "test" else full_pool(forget_test.data, "test")
 
-    def model_scores(self, out: Outputs) -> Scores:
+    def model_scores(self, out: Outputs, attacks: bool = True) -> Scores:
+        """The model's own scores on every split; `attacks=False` leaves out the membership attacks, which read
+        whole pools (a point of the dynamics reads a sample of each split)."""
         scores: Scores = {}
         for split, subset in self.splits.items():
             logits, labels = out.logits(subset), labels_of(subset)
@@ -100,6 +102,11 @@ class Scorer:
             scores["loss", split] = finite(fn.mean_loss(logits, labels))
             for metric in self.added:
                 scores[metric.declaration.name, split] = finite(float(metric(logits, labels)))
+        return scores | self.attack_scores(out) if attacks else scores
+
+    def attack_scores(self, out: Outputs) -> Scores:
+        """The membership attacks' scores on D_f (the entropy attack and the loss attack)."""
+        scores: Scores = {}
         forget, retain = self.splits.forget_train, self.splits.retain_train
         member_entropy = fn.entropy(fn.probabilities(out.logits(retain)))
         test_entropy = fn.entropy(fn.probabilities(out.logits(full_pool(forget.data, "test"))))
@@ -140,6 +147,19 @@ class Evaluator:
         self.fabric, self.data, self.store = fabric, data, store
         self.normalizer, self.batch_size = normalizer, batch_size
         self.seen: list[tuple[object, Outputs]] = []
+
+    def outputs_on(self, model, rows: dict[str, Tensor]) -> Outputs:
+        """The model's outputs on the pools' `rows` alone (pool → sorted indices; every other row NaN), for a
+        point of its dynamics."""
+        pools = {}
+        for pool in ("train", "test"):
+            size = len(self.data.pool(pool)[1])
+            pools[pool] = torch.full((size, self.data.num_classes), math.nan, dtype=torch.float64)
+            if len(rows[pool]):
+                subset = Subset(self.data, pool, rows[pool])
+                logits = predict(self.fabric, model, subset, self.batch_size, self.normalizer)
+                pools[pool][rows[pool].cpu()] = logits.double()
+        return Outputs(pools["train"], pools["test"], self.store.parameters_of(full_state_dict(self.fabric, model)))
 
     def outputs(self, model, remember: bool = False) -> Outputs:
         """`remember` keeps the model and its outputs for the job (M_o and M_r); others are scored once."""

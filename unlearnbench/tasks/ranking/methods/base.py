@@ -3,8 +3,9 @@
 A ranking method is one module in this package with one class deriving from `FederatedMethod` and one YAML in
 `conf/method/` whose keys are its constructor's arguments, as every task's method is (`unlearnbench.core.method`,
 whose `Method` supplies the option checks). Every method starts from the trained federation (final model, stored
-global and local models, partitions, query pointers) and returns the global model after each unlearning round. Every
-stream it uses after training is re-seeded from the unlearning seed (docs/ranking.md: seeds).
+global and local models, partitions, query pointers) and returns the global model after each unlearning round, each
+kept with `Rounds.ended` as its round ends (a round is one step of `evaluation.during`; no method counts epochs).
+Every stream it uses after training is re-seeded from the unlearning seed (docs/ranking.md: seeds).
 """
 
 from __future__ import annotations

@@ -71,8 +71,7 @@ def reference_ascent(method: FedGradientAscent, trained: TrainedFederation, task
         drawn = np.array([streams[k].integers(0, len(task.data.train), count) for k in malicious]).reshape(-1, count)
         ascending = simulator.local_models(model, drawn, [streams[k] for k in malicious], [ASCENDER] * len(malicious))
         model = fedavg(np.concatenate([honest[0], ascending[0]]))
-        result.globals.append(model)
-        result.online.append(mean_online([honest, ascending]))
+        result.ended(model, mean_online([honest, ascending]))
     return result
 
 
@@ -89,8 +88,7 @@ def paper_ascent(method: FedGradientAscent, trained: TrainedFederation, task: Fe
         local, online = simulator.local_models(model, cursor.take(malicious, epoch), [streams[k] for k in malicious],
                                                [ASCENDER] * len(malicious), constraint=project)
         model = fedavg(local)
-        result.globals.append(model)
-        result.online.append(online)
+        result.ended(model, online)
     post = run_rounds(simulator, model, lambda c: cursor.take(c, method.interactions_per_round), retained, streams,
                       [HONEST] * scenario.clients, task.rounds - len(result.globals))
     return Rounds(result.globals + post.globals, result.online + post.online)

@@ -59,7 +59,8 @@ def reference_eraser(method: FedEraser, trained: TrainedFederation, task: Federa
     cursor, streams = method.continuing_cursor(trained), task.client_streams()
     stored_updates = trained.locals[:, retained].mean(1) - trained.globals[:-1]  # mean_k U_k^t, T × F
     model = trained.locals[0, retained].mean(0)  # Ũ^1
-    result = Rounds([model], [np.nan])
+    result = Rounds()
+    result.ended(model, np.nan)
     for t in interrupt.checked(range(1, task.rounds)):
         local, online = task.simulator.local_models(model, cursor.take(retained, method.interactions_per_round),
                                                     [streams[k] for k in retained], [HONEST] * len(retained))
@@ -67,8 +68,7 @@ def reference_eraser(method: FedEraser, trained: TrainedFederation, task: Federa
         if t % method.calibration_interval == 0 and t < len(stored_updates):
             new = model + rescaled(new - model, np.linalg.norm(stored_updates[t]))
         model = new
-        result.globals.append(model)
-        result.online.append(online)
+        result.ended(model, online)
     return result
 
 
@@ -79,17 +79,18 @@ def paper_eraser(method: FedEraser, trained: TrainedFederation, task: FederatedT
     updates = trained.locals[:, retained] - trained.globals[:-1, None]  # U_k^t: T × R × F
     calibration = math.ceil(method.calibration_ratio * per_round)
     model = trained.globals[0] + updates[0].mean(0)  # M̃^1
-    result = Rounds([model], [np.nan])
+    result = Rounds()
+    result.ended(model, np.nan)
     for t in interrupt.checked(range(0, len(updates), method.retaining_interval)[1: task.rounds]):  # t_1, …
         cursor = QueryCursor(trained.partitions, QueryCursor.pointers_at(trained.partitions, t, per_round))
         local, online = task.simulator.local_models(model, cursor.take(retained, calibration),
                                                     [streams[k] for k in retained], [HONEST] * len(retained))
         calibrated = [rescaled(new - model, np.linalg.norm(old)) for new, old in zip(local, updates[t], strict=True)]
         model = model + np.mean(calibrated, axis=0)
-        result.globals.append(model)
-        result.online.append(online)
-    held = task.rounds - len(result.globals)
-    return Rounds(result.globals + [model] * held, result.online + [np.nan] * held)
+        result.ended(model, online)
+    for _ in range(task.rounds - len(result.globals)):  # held: each a round (and a step) that shows no list
+        result.ended(model, np.nan)
+    return result
 
 
 def rescaled(step: np.ndarray, length: float) -> np.ndarray:

@@ -19,5 +19,7 @@ class FedRemove(FederatedMethod):
 
     def unlearn(self, trained: TrainedFederation, task: FederatedTask) -> Rounds:
         stored = trained.locals[:, task.scenario.retained].mean(1)  # T × F
-        rounds = [stored[min(i, len(stored) - 1)] for i in range(task.rounds)]  # past T: the last one
-        return Rounds(rounds, [np.nan] * task.rounds)
+        rounds = Rounds()
+        for i in range(task.rounds):  # past T: the last one
+            rounds.ended(stored[min(i, len(stored) - 1)], np.nan)
+        return rounds

@@ -94,7 +94,8 @@ class CorpusBench(TextBench):
     def evaluation(self, target: str, splits: CorpusSplits, original: TunedModel,
                    retrained: TunedModel) -> TextEvaluation:
         evaluator = self.evaluator(self.config["evaluation"]["batch_size"] or EVAL_BATCH)
-        return TextEvaluation(self.outcome, evaluator, target, self.probe_rows, original, retrained)
+        return TextEvaluation(self.outcome, evaluator, target, self.probe_rows, original, retrained, self.points,
+                              self.during)
 
     def examples(self) -> TextExamples | None:
         """The benchmark's examples.parquet, or None where it writes none."""

@@ -30,8 +30,9 @@ MUSE's text handling, as OpenUnlearning runs it (locuslab/open-unlearning at d3d
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from lightning_fabric import Fabric
@@ -42,6 +43,7 @@ from unlearnbench.core.examples import COLUMNS
 from unlearnbench.tasks.text.benchmarks.corpus import CorpusBench
 from unlearnbench.tasks.text.data.corpus import CorpusData
 from unlearnbench.tasks.text.evaluate import metrics
+from unlearnbench.tasks.text.evaluate.during import PointMetrics
 from unlearnbench.tasks.text.evaluate.examples import TextExamples, confidence
 from unlearnbench.tasks.text.evaluate.generation import Sampling, generate, sampled, sampled_scores
 from unlearnbench.tasks.text.evaluate.scoring import MIA_K, batch_scores
@@ -65,6 +67,13 @@ SELECTION = Selection(
      Roles("privleak", headline=(FORGET,), leaderboard=(FORGET,), figure=(FORGET,)),
      Roles("mia_min_k_auc"), Roles("extraction_strength"), Roles("leak_at_k"), Roles("max_rouge_at_k")),
     PRIVLEAK_SPLITS)
+SAMPLED = frozenset({"leak_at_k", "max_rouge_at_k"})
+# What a point of a method's dynamics records (evaluate/during.py): every metric of `MuseEvaluator.values`; by default
+# privleak, and for VerbMem's ROUGE the extraction strength of the same VerbMem texts, teacher-forced
+POINTS = PointMetrics(("verbmem_rouge", "knowmem_rouge", "extraction_strength", "mia_min_k_auc", "privleak",
+                       *sorted(SAMPLED)),
+                      frozenset({"verbmem_rouge", "knowmem_rouge", *SAMPLED}), SAMPLED,
+                      {"verbmem_rouge": ("extraction_strength",)})
 
 
 @dataclass
@@ -72,14 +81,24 @@ class MuseOutputs:
     """Per example: VerbMem's ROUGE-L F1 and extraction strength, KnowMem's ROUGE-L F1 by split, and the PrivLeak
     texts' Min-K% scores and mean NLL by split (forget, holdout)."""
 
-    verbmem: np.ndarray
+    verbmem: np.ndarray | None  # None where a point of the dynamics generates nothing
     extraction: np.ndarray
-    knowmem: dict[str, np.ndarray]
+    knowmem: dict[str, np.ndarray]  # empty where a point generates nothing
     min_k: dict[str, np.ndarray]
     loss: dict[str, np.ndarray]
     exact: dict[str, np.ndarray]  # 1 where the teacher-forced argmax reproduces every scored token of the text
     leak: np.ndarray | None = None  # Leak@k per KnowMem forget question, where `evaluation.sampling` draws samples
     max_rouge: np.ndarray | None = None  # the expected largest ROUGE-L recall among k samples, per question
+
+    def subset(self, rows: dict[str, np.ndarray]) -> MuseOutputs:
+        """The outputs of the probes' examples at `rows` (by probe: `MuseEvaluator.sizes`)."""
+        def rows_of(values: np.ndarray | None, probe: str) -> np.ndarray | None:
+            return None if values is None else values[rows[probe]]
+        return replace(self, verbmem=rows_of(self.verbmem, "verbmem"), extraction=self.extraction[rows["verbmem"]],
+                       knowmem={split: values[rows[f"knowmem_{split}"]] for split, values in self.knowmem.items()},
+                       **{name: {split: values[rows[f"privleak_{split}"]] for split, values in
+                                 getattr(self, name).items()} for name in ("min_k", "loss", "exact")},
+                       leak=rows_of(self.leak, "knowmem_forget"), max_rouge=rows_of(self.max_rouge, "knowmem_forget"))
 
 
 class MuseEvaluator:
@@ -101,6 +120,31 @@ class MuseEvaluator:
         self.privleak = {split: Items(fabric, [chunk_item(tokenizer, row["text"], max_length)
                                                for row in probes[f"privleak_{split}"]], pad)
                          for split in PRIVLEAK_SPLITS if probes.get(f"privleak_{split}")}
+        self.generates = True  # VerbMem's and KnowMem's greedy answers (a point of the dynamics may go without)
+
+    def sizes(self) -> dict[str, int]:
+        """The examples of each probe, which a point of the dynamics samples (evaluate/during.py)."""
+        return {"verbmem": len(self.verbmem_prompts),
+                **{f"knowmem_{split}": len(prompts) for split, (prompts, _) in self.knowmem.items()},
+                **{f"privleak_{split}": len(items) for split, items in self.privleak.items()}}
+
+    def restricted(self, rows: dict[str, np.ndarray], generates: bool, samples: bool) -> MuseEvaluator:
+        """This evaluator on the rows of each probe, generating and sampling only where asked."""
+        point = copy.copy(self)
+        verbmem = rows["verbmem"]
+        point.verbmem_items = self.verbmem_items.subset(verbmem)
+        point.verbmem_prompts = [self.verbmem_prompts[row] for row in verbmem]
+        point.verbmem_references = [self.verbmem_references[row] for row in verbmem]
+        point.knowmem = {split: ([prompts[row] for row in rows[f"knowmem_{split}"]],
+                                 [answers[row] for row in rows[f"knowmem_{split}"]])
+                         for split, (prompts, answers) in self.knowmem.items()}
+        point.privleak = {split: items.subset(rows[f"privleak_{split}"]) for split, items in self.privleak.items()}
+        point.generates, point.sampling = generates, self.sampling if samples else None
+        return point
+
+    @staticmethod
+    def selected(outputs: MuseOutputs, rows: dict[str, np.ndarray]) -> MuseOutputs:
+        return outputs.subset(rows)
 
     def read_back(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
@@ -116,14 +160,14 @@ class MuseEvaluator:
     def outputs(self, model: nn.Module) -> MuseOutputs:
         model.eval()
         generated = generate(self.fabric, model, self.tokenizer, self.verbmem_prompts, self.batch_size,
-                             self.new_tokens["verbmem"])
+                             self.new_tokens["verbmem"]) if self.generates else None
         scored = [(b, i) for b in batch_scores(self.fabric, model, self.verbmem_items, self.batch_size)
                   for i in range(len(b.labels))]
         extraction = [metrics.extraction_strength(b.predictions[i][:-1].cpu().numpy(), b.labels[i][:-1].cpu().numpy(),
                                                   self.reference_numerics)
                       for b, i in scored]  # the last label dropped, as every OpenUnlearning token metric
         knowmem = {}
-        for split, (prompts, answers) in self.knowmem.items():
+        for split, (prompts, answers) in self.knowmem.items() if self.generates else ():
             answered = generate(self.fabric, model, self.tokenizer, prompts, self.batch_size,
                                 self.new_tokens["knowmem"])
             knowmem[split] = metrics.rouge_l_f1([cut_at_stops(text, self.stops) for text in answered], answers)
@@ -141,14 +185,15 @@ class MuseEvaluator:
             loss[split] = np.concatenate([b.loss.double().cpu().numpy() for b in batches])
             min_k[split] = np.array([metrics.min_k(b.logprobs[i][:-1].double().cpu().numpy(), MIA_K) for b, i in rows])
             exact[split] = np.array([int(bool((b.predictions[i] == b.labels[i]).all())) for b, i in rows])
-        return MuseOutputs(metrics.rouge_l_f1(generated, self.verbmem_references), np.array(extraction), knowmem,
+        verbmem = None if generated is None else metrics.rouge_l_f1(generated, self.verbmem_references)
+        return MuseOutputs(verbmem, np.array(extraction), knowmem,
                            min_k, loss, exact, leak, max_rouge)
 
     @staticmethod
     def values(outputs: MuseOutputs, retrained: MuseOutputs) -> dict:
         auc = metrics.mia_auc(outputs.min_k[FORGET], outputs.min_k["holdout"])
         auc_r = metrics.mia_auc(retrained.min_k[FORGET], retrained.min_k["holdout"])
-        return {("verbmem_rouge", FORGET): float(outputs.verbmem.mean()),
+        return {**({} if outputs.verbmem is None else {("verbmem_rouge", FORGET): float(outputs.verbmem.mean())}),
                 ("extraction_strength", FORGET): float(outputs.extraction.mean()),
                 **{("knowmem_rouge", split): float(values.mean()) for split, values in outputs.knowmem.items()},
                 ("mia_min_k_auc", FORGET): auc, ("privleak", FORGET): metrics.privleak(auc, auc_r),
@@ -184,6 +229,7 @@ class MuseBench(CorpusBench):
 
     preset = "experiment=muse"
     selection = SELECTION
+    points = POINTS
 
     def examples(self) -> MuseExamples:
         return MuseExamples()

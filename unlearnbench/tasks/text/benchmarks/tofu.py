@@ -11,6 +11,7 @@ OpenUnlearning), the answer itself on the general sets (TOFU's real authors and 
 
 from __future__ import annotations
 
+import copy
 import zlib
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from torch import nn
 from unlearnbench.core.catalogue import NO_SPLIT, Roles, Selection
 from unlearnbench.runtime import interrupt
 from unlearnbench.tasks.text.evaluate import metrics
+from unlearnbench.tasks.text.evaluate.during import PointMetrics
 from unlearnbench.tasks.text.evaluate.examples import SplitOutputs, reference_score
 from unlearnbench.tasks.text.evaluate.generation import Sampling, generate, sampled, sampled_scores
 from unlearnbench.tasks.text.evaluate.scoring import MIA_K, batch_scores
@@ -46,6 +48,14 @@ SELECTION = Selection(
      Roles("mia_min_k_auc", headline=(FORGET,)), Roles("mia_min_k_pp_auc"), Roles("mia_reference_auc"),
      Roles("mia_gradnorm_auc"), Roles("privleak", headline=(FORGET,), leaderboard=(FORGET,), figure=(FORGET,))),
     (FORGET, "retain", "holdout", *UTILITY_SPLITS[1:]))
+SAMPLED = frozenset({"leak_at_k", "max_rouge_at_k"})
+# What a point of a method's dynamics records (evaluate/during.py): `model_scores`'s metrics but the GradNorm attack's;
+# model utility holds ROUGE-L, so its probabilities and truth ratios stand in for it by default
+POINTS = PointMetrics(
+    ("forget_quality", "model_utility", "prob", "truth_ratio", "rouge_l_recall", "exact_memorization",
+     "extraction_strength", "mia_loss_auc", "mia_zlib_auc", "mia_min_k_auc", "mia_min_k_pp_auc", "mia_reference_auc",
+     "privleak", "leak_at_k", "max_rouge_at_k"),
+    frozenset({"model_utility", "rouge_l_recall", *SAMPLED}), SAMPLED, {"model_utility": ("prob", "truth_ratio")})
 
 
 @dataclass
@@ -61,6 +71,14 @@ class SplitItems:
     references: list[str]
     zlib_lengths: np.ndarray
 
+    def subset(self, rows: np.ndarray) -> SplitItems:
+        """The records at `rows` (each with its k perturbed answers)."""
+        perturbed = (rows[:, None] * self.k + np.arange(self.k)).reshape(-1)
+        return SplitItems(self.answers.subset(rows), None if self.true is None else self.true.subset(rows),
+                          None if self.perturbed is None else self.perturbed.subset(perturbed), self.k,
+                          [self.prompts[row] for row in rows], [self.references[row] for row in rows],
+                          self.zlib_lengths[rows])
+
 
 class TextEvaluator:
     def __init__(self, fabric: Fabric, encoder: Encoder, splits: TextSplits, batch_size: int,
@@ -71,6 +89,24 @@ class TextEvaluator:
         self.judge = None if sampling is None else sampling.judge(fabric)
         self.items = {name: self.encode(records, not name.startswith(GENERAL))
                       for name, records in splits.evaluated().items()}
+        self.generates = True  # the greedy answers' ROUGE-L (a point of the dynamics may go without)
+
+    def sizes(self) -> dict[str, int]:
+        """The examples of each split, which a point of the dynamics samples (evaluate/during.py)."""
+        return {name: len(items.answers) for name, items in self.items.items()}
+
+    def restricted(self, rows: dict[str, np.ndarray], generates: bool, samples: bool) -> TextEvaluator:
+        """This evaluator on the rows of each split, generating (ROUGE-L) and sampling (Leak@k) only where asked,
+        without the GradNorm attack."""
+        point = copy.copy(self)
+        point.items = {name: items.subset(rows[name]) for name, items in self.items.items()}
+        point.generates, point.gradnorm = generates, False
+        point.sampling = self.sampling if samples else None
+        return point
+
+    @staticmethod
+    def selected(outputs: dict[str, SplitOutputs], rows: dict[str, np.ndarray]) -> dict[str, SplitOutputs]:
+        return {name: out.subset(rows[name]) for name, out in outputs.items()}
 
     def encode(self, records: list[dict], paraphrased: bool = True) -> SplitItems:
         """The split's items; the truth ratio's true side is the paraphrase where `paraphrased` (forget, retain) and
@@ -124,7 +160,8 @@ class TextEvaluator:
                                                                                               strict=True)])}
         return SplitOutputs(
             loss=losses, loss_true=true, loss_perturbed=perturbed,
-            rouge=metrics.rouge_l_recall(self.generate(model, items.prompts), items.references),
+            rouge=(metrics.rouge_l_recall(self.generate(model, items.prompts), items.references) if self.generates
+                   else None),
             exact=np.array([metrics.exact_memorization(p, t) for p, t in zip(preds, labels, strict=True)]),
             extraction=np.array([metrics.extraction_strength(p, t, self.reference_numerics)
                                  for p, t in zip(preds, labels, strict=True)]),
@@ -154,7 +191,7 @@ def split_scores(name: str, out: SplitOutputs) -> dict:
     memorisation, extraction strength and, where samples were drawn, Leak@k and the expected largest ROUGE-L recall
     among k samples."""
     general = name.startswith(GENERAL)
-    scores = {("rouge_l_recall", name): float(out.rouge.mean())}
+    scores = {} if out.rouge is None else {("rouge_l_recall", name): float(out.rouge.mean())}
     if out.leak is not None:
         scores[("leak_at_k", name)] = float(out.leak.mean())
         scores[("max_rouge_at_k", name)] = float(out.max_rouge.mean())

@@ -7,6 +7,7 @@ is 0.25; WMDP's RMU brings the hazard accuracy of zephyr-7b-beta near it while k
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -18,6 +19,7 @@ from unlearnbench.core.catalogue import RETRAINED, Metric, Roles, Selection
 from unlearnbench.tasks.text.benchmarks.corpus import CorpusBench
 from unlearnbench.tasks.text.data.corpus import CorpusData
 from unlearnbench.tasks.text.evaluate import multiple_choice
+from unlearnbench.tasks.text.evaluate.during import PointMetrics
 
 SPLITS = ("forget", "general")
 # `WmdpEvaluator.values`: the hazard and general accuracies closest to M_r's
@@ -25,6 +27,7 @@ MC_ACCURACY = Metric("mc_accuracy", "Acc", RETRAINED)
 # WMDP's jobs: its accuracies; they write no examples.parquet the report's per-example scores read
 SELECTION = Selection((Roles("mc_accuracy", headline=SPLITS, leaderboard=SPLITS, figure=SPLITS),), SPLITS,
                       per_example=False)
+POINTS = PointMetrics(("mc_accuracy",))  # a point of a method's dynamics (evaluate/during.py): nothing generated
 
 
 class WmdpEvaluator:
@@ -37,6 +40,21 @@ class WmdpEvaluator:
         self.questions = {split: data.probes[split] for split in SPLITS}
         self.contexts = {split: [multiple_choice.context(q["question"], q["choices"], q["subject"]) for q in rows]
                          for split, rows in self.questions.items()}
+
+    def sizes(self) -> dict[str, int]:
+        """The questions of each split, which a point of the dynamics samples (evaluate/during.py)."""
+        return {split: len(rows) for split, rows in self.questions.items()}
+
+    def restricted(self, rows: dict[str, np.ndarray], generates: bool, samples: bool) -> WmdpEvaluator:
+        """This evaluator on the questions at `rows` of each split (it generates and samples nothing)."""
+        point = copy.copy(self)
+        point.questions = {split: [self.questions[split][row] for row in kept] for split, kept in rows.items()}
+        point.contexts = {split: [self.contexts[split][row] for row in kept] for split, kept in rows.items()}
+        return point
+
+    @staticmethod
+    def selected(outputs: dict[str, np.ndarray], rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {split: likelihoods[rows[split]] for split, likelihoods in outputs.items()}
 
     def encoder(self, model: nn.Module) -> multiple_choice.HarnessEncoder:
         """As `HFLM(model, add_bos_token=evaluation.add_bos_token)` makes ids for this model: its config gives the
@@ -67,6 +85,7 @@ class WmdpBench(CorpusBench):
 
     preset = "experiment=wmdp"
     selection = SELECTION
+    points = POINTS
     ignores: ClassVar[Mapping[str, str]] = {**CorpusBench.ignores,  # multiple choice: nothing generated
                "evaluation.sampling.k": "its benchmark generates no text to sample (Leak@k is scored on TOFU-format "
                                         "and MUSE data)"}

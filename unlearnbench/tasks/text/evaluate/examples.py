@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -22,7 +22,7 @@ class SplitOutputs:
     loss: np.ndarray  # the answer's mean NLL over its labelled tokens (L̄)
     loss_true: np.ndarray | None  # the true side of the truth ratio: paraphrase (forget, retain) or answer
     loss_perturbed: np.ndarray | None  # (n, k)
-    rouge: np.ndarray
+    rouge: np.ndarray | None  # None where a point of the dynamics generates nothing
     exact: np.ndarray  # exact memorisation
     extraction: np.ndarray  # extraction strength
     mia: dict[str, np.ndarray] = field(default_factory=dict)  # higher = less likely a member
@@ -36,8 +36,17 @@ class SplitOutputs:
                                                                              self.reference_numerics)
 
     def finite(self) -> bool:
-        arrays = [self.loss, self.rouge] + [a for a in (self.loss_true, self.loss_perturbed) if a is not None]
+        arrays = [self.loss] + [a for a in (self.rouge, self.loss_true, self.loss_perturbed) if a is not None]
         return all(np.isfinite(a).all() for a in arrays)
+
+    def subset(self, rows: np.ndarray) -> SplitOutputs:
+        """The outputs of the examples at `rows`."""
+        def rows_of(values: np.ndarray | None) -> np.ndarray | None:
+            return None if values is None else values[rows]
+        return replace(self, loss=self.loss[rows], loss_true=rows_of(self.loss_true),
+                       loss_perturbed=rows_of(self.loss_perturbed), rouge=rows_of(self.rouge), exact=self.exact[rows],
+                       extraction=self.extraction[rows], mia={name: values[rows] for name, values in self.mia.items()},
+                       leak=rows_of(self.leak), max_rouge=rows_of(self.max_rouge))
 
 
 def reference_score(out: SplitOutputs, reference: SplitOutputs) -> np.ndarray:

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from unlearnbench.core.config import AT_LEAST_0, AT_LEAST_1, Range
 from unlearnbench.core.method import Method
-from unlearnbench.runtime import interrupt
+from unlearnbench.runtime import during, interrupt
 from unlearnbench.runtime.monitor import Cost
 from unlearnbench.runtime.seeding import Streams
 from unlearnbench.tasks.text.model.causal_lm import Encoder
@@ -181,6 +181,7 @@ class ForgetRetainMethod(TextMethod):
                 if done == total:
                     break
             self.end_epoch(model, reference, task)
+            during.epoch_ended()
         model.eval()
         return model
 

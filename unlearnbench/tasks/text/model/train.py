@@ -10,6 +10,7 @@ once and stay on the device.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -17,7 +18,7 @@ from lightning_fabric import Fabric
 from lightning_fabric.strategies import DeepSpeedStrategy
 from torch import Tensor, nn
 
-from unlearnbench.runtime import interrupt
+from unlearnbench.runtime import during, interrupt
 from unlearnbench.runtime.errors import UserError
 from unlearnbench.runtime.progress import EpochMeter
 from unlearnbench.runtime.train import NonFiniteStep, recipe_schedule
@@ -44,6 +45,15 @@ class Items:
         batch = {name: tensor[rows.to(tensor.device)] for name, tensor in self.batch.items()}
         width = int(batch["attention_mask"].sum(1).max())
         return {name: tensor[:, :width] if tensor.dim() == 2 else tensor for name, tensor in batch.items()}
+
+    def subset(self, rows: Sequence[int]) -> Items:
+        """The items at `rows`, in that order, as items of their own (a point of the dynamics' sample)."""
+        chosen = copy.copy(self)
+        index = torch.as_tensor(rows, dtype=torch.long)
+        chosen.batch = {name: tensor[index.to(tensor.device)] for name, tensor in self.batch.items()}
+        chosen.batch["row"] = torch.arange(len(index), device=self.batch["row"].device)
+        chosen.size = len(index)
+        return chosen
 
     def shard(self, rows: Tensor) -> dict[str, Tensor]:
         """This rank's part of the global batch `rows` (every rank draws the same global batch from the same
@@ -142,6 +152,7 @@ def step(fabric: Fabric, model: nn.Module, optimizer, schedule, loss: Tensor) ->
         raise NonFiniteStep(schedule.last_epoch + 1, float(loss.detach()), None if norm is None else float(norm))
     optimizer.step()
     schedule.step()
+    during.stepped(model)  # a point of the dynamics may follow (runtime/during.py)
 
 
 def accumulated_step(fabric: Fabric, model: nn.Module, optimizer, schedule,
@@ -170,6 +181,7 @@ def accumulated_step(fabric: Fabric, model: nn.Module, optimizer, schedule,
         raise NonFiniteStep(schedule.last_epoch + 1, float(total), None if norm is None else float(norm))
     optimizer.step()
     schedule.step()
+    during.stepped(model)
 
 
 def finite_step(fabric: Fabric, loss: Tensor, norm: Tensor | None) -> bool:
