@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -92,6 +93,23 @@ def register_launchers() -> None:
     Plugins.instance().register(SlurmLauncher)
 
 
+@contextlib.contextmanager
+def mode_unread() -> Iterator[None]:
+    """Hydra without its first composition of the config (`Hydra.get_mode`, 0.25 s): it composes the whole config
+    only to read `hydra.mode`, which no config of this project sets (Hydra's default, null), so that it answers None
+    and Hydra adds `hydra.mode=MULTIRUN` to the `--multirun` this script gave; answering None without composing
+    takes that same path. (A config of the user's that set the mode would be overridden by `--multirun` either way.)
+    """
+    from hydra._internal.hydra import Hydra
+
+    composing = Hydra.get_mode
+    Hydra.get_mode = lambda self, config_name, overrides: None
+    try:
+        yield
+    finally:
+        Hydra.get_mode = composing
+
+
 INTERRUPTED = ("\nunlearnbench: interrupted; finished jobs are kept (each job's result.json is written whole or not at "
                "all): rerun the same command with the same hydra.sweep.dir to resume\n")
 
@@ -102,7 +120,8 @@ def main() -> None:
     from unlearnbench.runtime import interrupt
 
     interrupt.install()
-    if not wants_own_mode(sys.argv[1:]):
+    forced = not wants_own_mode(sys.argv[1:])
+    if forced:
         sys.argv.insert(1, "--multirun")
     sweeps = any(a in ("-m", "--multirun") for a in sys.argv[1:])
     message = merged_group_choice(sys.argv[1:]) or (unwritable_sweep_folder(sys.argv[1:]) if sweeps else None)
@@ -113,7 +132,8 @@ def main() -> None:
     from unlearnbench.runtime.errors import EndSweep
 
     try:
-        hydra_job()
+        with mode_unread() if forced else contextlib.nullcontext():
+            hydra_job()
     except KeyboardInterrupt:
         sys.stderr.write(INTERRUPTED)
         sys.exit(130)

@@ -215,6 +215,7 @@ def test_a_tiny_sweep_chooses_a_step_and_reruns_the_method_to_it_on_the_held_out
 
 @pytest.mark.processes
 def test_a_method_that_cannot_stop_is_refused_before_any_job(tmp_path, shared_cache):
-    run = run_cli([*SWEEP[:1], "+method=ssd", *SWEEP[2:], f"paths.cache_dir={shared_cache}"], tmp_path)
+    ssd = [a for a in SWEEP[2:] if not a.startswith("method.")]  # SSD has no learning rate
+    run = run_cli([*SWEEP[:1], "+method=ssd", *ssd, f"paths.cache_dir={shared_cache}"], tmp_path)
     assert run.returncode == 1 and not list((tmp_path / "sweep").glob("*/result.json"))
     assert "cannot rerun method ssd to a chosen step: it takes no steps" in run.stderr

@@ -4,6 +4,7 @@ repository, `run_sweep`'s resume, failures and refusals, and `load_report`."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import shutil
 import signal
@@ -81,7 +82,8 @@ def test_run_sweep_resumes_a_finished_sweep_and_returns_its_records(example, mon
     monkeypatch.chdir(folder)
     sweep = folder / "runs" / "quick_study"
     written = {p: p.stat().st_mtime_ns for p in sweep.glob("*/result.json")}
-    records = run_sweep(OVERRIDES, sweep_dir="runs/quick_study", quiet=True)
+    # its report rebuilt without figures (no assertion reads them; the example's figures stay in the folder)
+    records = run_sweep([*OVERRIDES, "report.figures=false"], sweep_dir="runs/quick_study", quiet=True)
     assert {p: p.stat().st_mtime_ns for p in sweep.glob("*/result.json")} == written  # no job ran again
     assert records.attrs == {"sweep_dir": "runs/quick_study", "failed": []}
     saved = pd.read_parquet(sweep / "report" / "results.parquet")
@@ -110,7 +112,14 @@ def test_load_report_reads_every_table_from_the_sweep_or_the_report_folder(examp
 
 
 @pytest.mark.processes
-def test_load_report_rebuilds_on_request_and_names_a_missing_report(example, tmp_path):
+def test_load_report_rebuilds_on_request_and_names_a_missing_report(example, tmp_path, monkeypatch):
+    """The rebuilt report is built as the example's was (its 10-split null for the forget quality) and without
+    figures, which nothing here reads."""
+    import unlearnbench.report.build
+
+    monkeypatch.setattr(unlearnbench.report.build, "build_report",
+                        functools.partial(unlearnbench.report.build.build_report, figures=False,
+                                          forget_permutations=10))
     folder, _ = example
     copy = tmp_path / "copy"
     shutil.copytree(folder / "runs" / "quick_study", copy, ignore=shutil.ignore_patterns("report"))

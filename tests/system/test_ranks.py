@@ -56,21 +56,22 @@ def science(result: dict, method: str | None = None) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def without(root, shared_cache):
-    """The job of finetune and ssd alone (they run before and after the rank-faulty methods: the registry's
-    order)."""
-    run, result, _ = two_ranks(root, shared_cache, "alone", "finetune,ssd")
+    """The job of gradient_ascent and ssd alone (they run before and after the rank-faulty methods: the registry's
+    order; gradient ascent trains with DDP's collectives, as fine-tuning does, at a tenth of its cost)."""
+    run, result, _ = two_ranks(root, shared_cache, "alone", "gradient_ascent,ssd")
     assert run.returncode == 0, run.stderr[-3000:]
     return result
 
 
 @pytest.fixture(scope="module")
 def faulty(root, shared_cache):
-    """One job of finetune, three rank-faulty methods and ssd (the registry's order: finetune first, ssd last).
-    rankfail fails on rank 1 while rank 0 returns at once: the ranks agree before evaluating. rankstuck fails on rank
-    1 while rank 0 waits in an all-reduce that rank 1 never joins: the ranks leave the round, and start again without
-    it. rankhang sleeps on rank 1: rank 0 waits for it at most strategy.timeout_s, and the ranks start again once
-    more."""
-    return two_ranks(root, shared_cache, "faulty", "finetune,rankfail,rankstuck,rankhang,ssd", "strategy.timeout_s=8")
+    """One job of gradient_ascent, three rank-faulty methods and ssd (the registry's order: gradient_ascent first,
+    ssd last). rankfail fails on rank 1 while rank 0 returns at once: the ranks agree before evaluating. rankstuck
+    fails on rank 1 while rank 0 waits in an all-reduce that rank 1 never joins: the ranks leave the round, and start
+    again without it. rankhang sleeps on rank 1: rank 0 waits for it at most strategy.timeout_s, and the ranks start
+    again once more."""
+    return two_ranks(root, shared_cache, "faulty", "gradient_ascent,rankfail,rankstuck,rankhang,ssd",
+                     "strategy.timeout_s=8")
 
 
 def test_the_job_with_failing_ranks_completes_and_fails_its_sweep(faulty):
@@ -78,7 +79,7 @@ def test_the_job_with_failing_ranks_completes_and_fails_its_sweep(faulty):
     assert run.returncode == 1, run.stderr[-3000:]  # a failed method fails the sweep's exit status, not the job
     assert result["status"] == "complete"
     assert sorted(f["method"] for f in result["failures"]) == ["rankfail", "rankhang", "rankstuck"]
-    assert {r["method"] for r in result["records"]} == {None, "finetune", "ssd"}
+    assert {r["method"] for r in result["records"]} == {None, "gradient_ascent", "ssd"}
     assert "Traceback" not in run.stdout + run.stderr and "Connection closed" not in run.stdout + run.stderr
     assert seconds < 300
 
@@ -87,12 +88,12 @@ def test_the_job_with_failing_ranks_completes_and_fails_its_sweep(faulty):
 def test_a_method_failing_on_rank_1_fails_once_with_its_message_and_the_others_score_as_without_it(
         root, without, faulty, method):
     """rankfail: the ranks agree on the failure before evaluating; rankstuck: the ranks leave the round and start
-    again without the method. Either way finetune (before it) and ssd (after it, with its own collectives) score
-    what they score without it."""
+    again without the method. Either way gradient_ascent (before it) and ssd (after it, with its own collectives)
+    score what they score without it."""
     run, result, _ = faulty
     (failure,) = [f for f in result["failures"] if f["method"] == method]
     assert failure == {"target": "3", "method": method, "error": "on rank 1: RuntimeError: out of memory on rank 1"}
-    for other in ("finetune", "ssd"):
+    for other in ("gradient_ascent", "ssd"):
         assert science(result, other) == science(without, other), other
     output = run.stdout + run.stderr
     assert output.count(f"method {method} failed: on rank 1: RuntimeError: out of memory on rank 1") == 1
@@ -100,7 +101,7 @@ def test_a_method_failing_on_rank_1_fails_once_with_its_message_and_the_others_s
 
 
 def test_a_killed_rank_fails_the_job_at_once_with_one_line(root, shared_cache):
-    run, result, seconds = two_ranks(root, shared_cache, "killed", "rankkill,finetune", "strategy.timeout_s=20")
+    run, result, seconds = two_ranks(root, shared_cache, "killed", "rankkill,gradient_ascent", "strategy.timeout_s=20")
     assert run.returncode == 1
     assert result["status"] == "failed"
     assert result["error"] == ("rank 1 was killed by SIGKILL (out of memory, or stopped from outside?); the job's "

@@ -275,7 +275,8 @@ def real(tmp_path_factory, shared_cache):
         process.kill()
         process.communicate()
     finished = complete_results(sweep)
-    partial = run_cli([str(sweep), "--out", str(tmp_path / "partial")], tmp_path, program="unlearnbench-report")
+    partial = run_cli([str(sweep), "--out", str(tmp_path / "partial"), "--no-figures", "--permutations", "10"],
+                      tmp_path, program="unlearnbench-report")  # its tables alone are read (QUICK_REPORT's report)
     resumed = run_cli([*SWEEP, f"paths.cache_dir={shared_cache}"], tmp_path)
     return tmp_path, sweep, finished, partial, resumed
 

@@ -128,7 +128,8 @@ def held_job(root: Path, seed: int, sweep: forkserver.Forked) -> str:
 
 def test_a_seed_sweep_runs_as_one_array_with_the_local_launchers_records(cluster, tmp_path, shared_cache):
     """Two jobs that need the same M_o, as one array of two tasks running at once on the node's two cores (in a
-    cache of their own), and the same jobs on this machine (the suite's cache: test_launcher.py's models)."""
+    cache of their own), and the same jobs on this machine (the suite's cache: test_launcher.py's models). Their
+    method is fine-tuning, long enough (110 steps) that the two tasks surely overlap."""
     args = [*TINY, "+method=finetune", "seeds.train=0", "seeds.unlearn=0,1"]
     on_slurm = sweep([*args, *SLURM], tmp_path, cluster, "slurm", cache="cache_slurm")
     assert on_slurm.returncode == 0, on_slurm.stderr[-3000:]
@@ -219,8 +220,10 @@ def test_a_cancelled_job_fails_the_sweep_promptly_and_a_rerun_resumes(cluster, t
 
 def test_ddp_takes_its_two_ranks_from_slurm_and_rank_0_alone_writes(cluster, tmp_path, shared_cache):
     """Two SLURM tasks per job are the two ranks (gloo on the CPU): the same training and evaluation as two ranks
-    that Fabric spawns on one machine, bit for bit. (Its models, in the suite's cache, serve the next tests.)"""
-    args = [*TINY, "+method=finetune", "runtime.threads=1"]
+    that Fabric spawns on one machine, bit for bit: M_o, M_r and an unlearning method's steps (gradient ascent: a
+    few all-reduced steps on D_f; fine-tuning's hundred on D_r would add nothing here but time). (Its models, in the
+    suite's cache, serve the next tests.)"""
+    args = [*TINY, "+method=gradient_ascent", "runtime.threads=1"]
     on_slurm = sweep([*args, *SLURM, "strategy=ddp", "strategy.devices=2"], tmp_path, cluster, "slurm",
                      cache=shared_cache)
     assert on_slurm.returncode == 0, on_slurm.stderr[-3000:]
@@ -250,7 +253,7 @@ def test_a_killed_ddp_task_ends_its_job_promptly_naming_the_task(cluster, tmp_pa
     (--kill-on-bad-exit), the sweep exits 1 well within the process group's timeout, and the job's result names the
     task that died."""
     args = [rank_faulty(tmp_path, "rankkill", "_target_: faulty.KillingRank"), *TINY, *SLURM, "strategy=ddp",
-            "strategy.devices=2", "methods=[rankkill,finetune]", "strategy.timeout_s=600"]
+            "strategy.devices=2", "methods=[rankkill,gradient_ascent]", "strategy.timeout_s=600"]
     start = time.monotonic()
     run = sweep(args, tmp_path, cluster, "sweep", cache=shared_cache)
     assert run.returncode == 1 and time.monotonic() - start < 240, run.stderr[-3000:]
@@ -264,9 +267,10 @@ def test_a_killed_ddp_task_ends_its_job_promptly_naming_the_task(cluster, tmp_pa
 def test_a_ddp_method_failing_on_one_task_stops_its_job_with_that_tasks_message(cluster, tmp_path, shared_cache):
     """Rank 1 fails inside the method while rank 0 waits in an all-reduce that rank 1 never joins (`FailingOnRank`,
     stuck). Ranks that SLURM started cannot be started again from inside the job: it stops there, failed with rank
-    1's own message, the records of finetune (before it) kept, ssd (after it) not run."""
+    1's own message, the records of gradient_ascent (before it: the methods run in the registry's order) kept, ssd
+    (after it) not run."""
     args = [rank_faulty(tmp_path, "rankstuck", "_target_: faulty.FailingOnRank\nstuck: true"), *TINY, *SLURM,
-            "strategy=ddp", "strategy.devices=2", "methods=[finetune,rankstuck,ssd]", "strategy.timeout_s=600"]
+            "strategy=ddp", "strategy.devices=2", "methods=[gradient_ascent,rankstuck,ssd]", "strategy.timeout_s=600"]
     start = time.monotonic()
     run = sweep(args, tmp_path, cluster, "sweep", cache=shared_cache)
     assert run.returncode == 1 and time.monotonic() - start < 240, run.stderr[-3000:]
@@ -274,5 +278,5 @@ def test_a_ddp_method_failing_on_one_task_stops_its_job_with_that_tasks_message(
     assert result["status"] == "failed"
     assert result["error"] == ("target 3, method rankstuck: on rank 1: RuntimeError: out of memory on rank 1; the "
                                "ranks could not go on in step, so the job stopped there (rerun it to run the rest)")
-    assert {r["method"] for r in result["records"]} == {None, "finetune"}
+    assert {r["method"] for r in result["records"]} == {None, "gradient_ascent"}
     assert "Traceback" not in run.stderr

@@ -2,14 +2,15 @@
 as records with a `step` and an `epoch`, beside the final records that stay the ones without a step.
 
 The points are the target's evaluation's (`Evaluation.during`). Step 0 is M_o, taken before the method starts; the
-last is M_u as the method returned it. An `epoch` is the count of epochs the loop had ended at the point, where the
-loop announces its epochs, and null otherwise. The method's `time_s` leaves out the points taken inside its run; a
-record `during_time_s` holds the time of all of them. With `evaluation.during.every` null, nothing is watched and
-nothing is added.
+last is M_u as the method returned it. An `epoch` is the count of epochs the loop has ended by the point's step (a
+point at an epoch's last step counts that epoch), where the loop announces its epochs, and null otherwise. The
+method's `time_s` leaves out the points taken inside its run; a record `during_time_s` holds the time of all of
+them. With `evaluation.during.every` null, nothing is watched and nothing is added.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -55,9 +56,6 @@ class Dynamics:
             return
         watch = self.watch
         watch.end(unlearned)
-        for record in self.points:
-            if not watch.epochs_seen:  # a loop that never announced an epoch: no epoch count at any point
-                record["epoch"] = None
-            elif record["step"] == watch.step:  # M_u, whose last epoch ended after its last step's point
-                record["epoch"] = watch.epoch
+        for record in self.points:  # a point at an epoch's last step belongs to that epoch, which ended after it
+            record["epoch"] = bisect_right(watch.epoch_ends, record["step"]) if watch.epoch_ends else None
         self.outcome.add(self.target, self.method, "unlearned", {("during_time_s", None): self.watch.spent_s})

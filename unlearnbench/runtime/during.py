@@ -57,7 +57,7 @@ class Watch:
         self.step, self.epoch = 0, 0
         self.spent_s = 0.0  # every point's time
         self.inside_s = 0.0  # the time of the points taken inside the method's run, which its own time leaves out
-        self.epochs_seen = False  # whether the loop announces its epochs (its points' epoch counts mean something)
+        self.epoch_ends: list[int] = []  # the step count at each epoch's end, where the loop announces its epochs
         self.model: Any = None  # the model the last update trained
         self.evaluated: set[int] = set()
 
@@ -91,7 +91,7 @@ class Watch:
 
     def epoch_ended(self) -> None:
         self.epoch += 1
-        self.epochs_seen = True
+        self.epoch_ends.append(self.step)
         if self.schedule.unit == "epoch" and self.epoch % self.schedule.every == 0 and self.model is not None:
             self.point(self.model, inside=True)
 

@@ -114,7 +114,7 @@ def prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[Note]]:
     for column in [*CONFIG, *OPTIONAL_CONFIG, *ROW]:
         if column not in data:
             data[column] = ""
-        data[column] = data[column].astype(object).fillna("").astype(str)
+        data[column] = data[column].astype(object).fillna("").astype(str).astype(object)
     for column in OPTIONAL_CONFIG:  # a number some jobs lack reads back as a float: 1, not 1.0
         data[column] = data[column].str.replace(r"^(-?\d+)\.0$", r"\1", regex=True)
     values = pd.to_numeric(data["value"], errors="coerce").astype(float)
@@ -286,6 +286,8 @@ def evaluation_variance_table(values: pd.DataFrame, keys: list[str], order_from:
     """seed_variance_eval.csv: where a sweep varies the evaluation seed within (training seed, unlearning seed)
     pairs, each row's variance split into training, unlearning and evaluation parts (`stats.evaluation_split`)."""
     columns = [*keys, *ROW, *EVALUATION_COLUMNS]
+    if values.empty or not values.duplicated([*keys, *ROW, "seed_train", "seed_unlearn"]).any():
+        return pd.DataFrame(columns=columns)  # no pair holds two evaluation seeds: no row to split (the usual sweep)
     rows = []
     for ident, part in values.groupby([*keys, *ROW], sort=False, dropna=False):
         if part.groupby(["seed_train", "seed_unlearn"])["seed_eval"].nunique().max() < 2:

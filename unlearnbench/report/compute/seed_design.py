@@ -117,6 +117,8 @@ def rank_stability(values: pd.DataFrame, keys: list[str], metrics: list[tuple[st
     for metric, split, ideal in metrics:
         chosen = unlearned[(unlearned["metric"] == metric) & (unlearned["split"] == split)]
         for ident, rows in chosen.groupby(group_keys, sort=False):
+            if rows["method"].nunique() < 2 or rows["seed_train"].nunique() < 2:
+                continue  # fewer than two methods or training seeds: no row, as below (without the pivot's cost)
             scores = per_seed_scores(rows, ideal)
             if scores.shape[0] < 2 or scores.shape[1] < 2:
                 continue
@@ -198,8 +200,10 @@ def job_distances(values: pd.DataFrame, keys: list[str], metric: str, split: str
     the two agree.)"""
     rows = values[(values["metric"] == metric) & (values["split"] == split)]
     job = [*keys, "target", "seed_train", "seed_unlearn", "seed_eval"]
-    unlearned = rows[rows["role"] == "unlearned"].pivot_table(index=job, columns="method", values="value",
-                                                             aggfunc="first")
+    unlearned = rows[rows["role"] == "unlearned"]
+    unlearned = (unlearned.groupby([*job, "method"], sort=True)["value"].first().unstack("method")  # = pivot_table's
+                 if not unlearned.empty else  # (first value, sorted rows and columns), at a third of its time
+                 unlearned.pivot_table(index=job, columns="method", values="value", aggfunc="first"))
     if ideal == RETRAINED:
         reference = rows[rows["role"] == "retrained"].groupby(job)["value"].first()
         distances = unlearned.sub(reference.reindex(unlearned.index), axis=0).abs()
@@ -223,12 +227,20 @@ def compared_pairs(board, compare: list[str] | None) -> list[tuple[str, str, str
     return [(a, b, why) for (a, b), why in pairs.items()]
 
 
-def pair_costs(values: pd.DataFrame, a: str, b: str) -> tuple[float, float]:
-    """(c_T, c_U) of a comparison: the median time to train M_o, and that of M_r plus both methods' median times."""
+def run_costs(values: pd.DataFrame) -> tuple[pd.Series, float, float]:
+    """(each method's median time, the median time to train M_o, that to train M_r) of a target's values: what
+    `pair_costs` adds up for every pair (computed once per target)."""
     timed = values[(values["role"] == "unlearned") & (values["metric"] == "time_s")]
     method = timed.groupby("method")["value"].median()
     train = timed.drop_duplicates("seed_train")["cost_original_s"].median()
     retrain = timed.drop_duplicates(["seed_train", "seed_unlearn"])["cost_retrained_s"].median()
+    return method, train, retrain
+
+
+def pair_costs(costs: tuple[pd.Series, float, float], a: str, b: str) -> tuple[float, float]:
+    """(c_T, c_U) of a comparison: the median time to train M_o, and that of M_r plus both methods' median times
+    (`costs`: `run_costs` of the pair's target)."""
+    method, train, retrain = costs
     return float(train), float(retrain + method.get(a, math.nan) + method.get(b, math.nan))
 
 
@@ -262,6 +274,7 @@ def seed_powers(study: Study, compare: list[str] | None = None, min_difference: 
         for column, value in board.config.items():
             mine = mine[mine[column] == value]
         pairs = compared_pairs(board, compare)
+        costs: dict = {}  # target -> run_costs
         metrics = list(dict.fromkeys((r["metric"], r["split"]) for r in board.rows if r["metric"] != AGGREGATE))
         for metric, split in metrics:
             distances = job_distances(mine, keys, metric, split, study.catalogue.ideal(metric))
@@ -272,9 +285,11 @@ def seed_powers(study: Study, compare: list[str] | None = None, min_difference: 
                     differences = (part[a] - part[b]).dropna().droplevel([*keys, "target"])
                     if differences.empty:
                         continue
+                    if target not in costs:
+                        costs[target] = run_costs(mine[mine["target"] == target])
                     rows.append({**board.config, "target": target, "metric": metric, "split": split, "method_a": a,
                                  "method_b": b, "pair": why,
-                                 **pair_row(differences, pair_costs(mine[mine["target"] == target], a, b),
+                                 **pair_row(differences, pair_costs(costs[target], a, b),
                                             min_difference)})
     return pd.DataFrame(rows, columns=[*keys, *POWER_COLUMNS])
 

@@ -97,20 +97,21 @@ def best_methods(table: pd.DataFrame, metric: str, split: str, catalogue: Catalo
     goal, gold_standards = catalogue.ideal(metric), catalogue.gold_standards
     if goal is None:
         return set()
-    rows = table[(table["metric"] == metric) & (table["split"] == split)]
+    rows = [(role, method, float(mean)) for role, method, mean, m, s in  # a few rows: plain Python, not pandas
+            zip(table["role"], table["method"], table["mean"], table["metric"], table["split"], strict=True)
+            if m == metric and s == split and not math.isnan(mean)]
     if goal == RETRAINED:
-        gold = (rows["role"] == "unlearned") & rows["method"].isin(gold_standards)
-        reference = rows[rows["role"] == "retrained"]["mean"].dropna()
-        reference = reference if not reference.empty else rows[gold]["mean"].dropna()
-        if reference.empty:
+        reference = [mean for role, _, mean in rows if role == "retrained"] or [
+            mean for role, method, mean in rows if role == "unlearned" and method in gold_standards]
+        if not reference:
             return set()
-        goal = float(reference.iloc[0])
-    candidates = rows[(rows["role"] == "unlearned") & ~rows["method"].isin(gold_standards)].dropna(subset=["mean"])
+        goal = reference[0]
+    candidates = [(method, abs(mean - goal)) for role, method, mean in rows
+                  if role == "unlearned" and method not in gold_standards]
     if len(candidates) < 2:
         return set()
-    distance = (candidates["mean"] - goal).abs()
-    best = distance.min()
-    return set(candidates.loc[distance <= best + 1e-12 * max(1.0, abs(best)), "method"])
+    best = min(distance for _, distance in candidates)
+    return {method for method, distance in candidates if distance <= best + 1e-12 * max(1.0, abs(best))}
 
 
 def section_title(ident: tuple) -> str:
@@ -147,19 +148,22 @@ def main_section(table: pd.DataFrame, columns: list[tuple[str, str, str]], catal
     """Mean ± std across training seeds per method for the headline metrics (rows: M_o, M_r, then every method)."""
     names = list(dict.fromkeys(zip(table["role"], table["method"], strict=True)))
     best = {(m, s): best_methods(table, m, s, catalogue) for _, m, s in columns}
+    cell_values: dict = {}  # (role, method, metric, split) -> its first row's (mean, std): one pass, not a mask a cell
+    for key in zip(table["role"], table["method"], table["metric"], table["split"], table["mean"], table["std"],
+                   strict=True):
+        cell_values.setdefault(key[:4], key[4:])
+    counts = table.groupby(["role", "method"], sort=False)[["I", "n"]].max()
     rows = []
     for role, method in names:
-        mine = table[(table["role"] == role) & (table["method"] == method)]
         cells = [row_name(role, method)]
         for _, metric, split in columns:
-            hit = mine[(mine["metric"] == metric) & (mine["split"] == split)]
-            if hit.empty:
+            hit = cell_values.get((role, method, metric, split))
+            if hit is None:
                 cells.append("–")
                 continue
-            text = mean_std(hit["mean"].iloc[0], hit["std"].iloc[0])
+            text = mean_std(*hit)
             cells.append(f"**{text}**" if role == "unlearned" and method in best[metric, split] else text)
-        counts = mine[["I", "n"]].max()
-        cells += [str(int(counts["I"])), str(int(counts["n"]))]
+        cells += [str(int(counts.at[(role, method), "I"])), str(int(counts.at[(role, method), "n"]))]
         rows.append(cells)
     return md_table(["", *(h for h, _, _ in columns), "I", "n"], rows)
 

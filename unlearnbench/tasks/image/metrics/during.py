@@ -60,7 +60,8 @@ class Points:
 
     def scores(self, model, outputs: Outputs | None = None) -> Scores:
         """`model`'s scores on the samples (`outputs`: its outputs on the whole pools, where they are known)."""
-        out = outputs if outputs is not None else self.evaluator.outputs_on(model, self.rows)
+        out = outputs if outputs is not None else self.evaluator.outputs_on(
+            model, self.rows, params=fn.LAYER_DISTANCE.name in self.metrics)
         own = self.scorer.model_scores(out, attacks=False)
         every = own | self.scorer.comparison_scores(out, own, self.out_r, self.scores_r)
         return {key: value for key, value in every.items() if key[0] in self.metrics}

@@ -37,11 +37,12 @@ DELTA_MIA = Metric("delta_mia", "ΔMIA", 0.0, headline=(fn.FORGET_TRAIN,), leade
 
 @dataclass
 class Outputs:
-    """Logits of one model on the train and test pools (float32 or better, CPU) and its learnable parameters."""
+    """Logits of one model on the train and test pools (float32 or better, CPU) and its learnable parameters (None
+where nothing reads them: a point of the dynamics that records no layer distance)."""
 
     train: Tensor
     test: Tensor
-    params: dict[str, Tensor]
+    params: dict[str, Tensor] | None
 
     def logits(self, subset: Subset) -> Tensor:
         """The rows of `subset`; a row with a NaN or ±inf (a diverged model) is all NaN, so that every metric of a
@@ -52,7 +53,7 @@ class Outputs:
     def non_finite(self) -> str | None:
         """Why this model is diverged (its parameters or logits hold NaN or inf), or None when all are finite."""
         reasons = []
-        bad = [name for name, value in self.params.items() if not bool(torch.isfinite(value).all())]
+        bad = [name for name, value in (self.params or {}).items() if not bool(torch.isfinite(value).all())]
         if bad:
             more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
             reasons.append(f"non-finite parameters in {bad[0]}{more}")
@@ -122,7 +123,8 @@ class Scorer:
 
     def comparison_scores(self, out_u: Outputs, scores_u: Scores, out_r: Outputs, scores_r: Scores) -> Scores:
         """Model `u` against the retrained model `r` (whose own scores are `scores_r`)."""
-        scores: Scores = {("layer_distance", None): finite(fn.layer_distance(out_u.params, out_r.params))}
+        distance = fn.layer_distance(out_u.params, out_r.params) if out_u.params is not None else math.nan
+        scores: Scores = {("layer_distance", None): finite(distance)}
         for split, subset in self.splits.items():
             logits_u, logits_r = out_u.logits(subset), out_r.logits(subset)
             probs_u, probs_r = fn.probabilities(logits_u), fn.probabilities(logits_r)
@@ -148,9 +150,9 @@ class Evaluator:
         self.normalizer, self.batch_size = normalizer, batch_size
         self.seen: list[tuple[object, Outputs]] = []
 
-    def outputs_on(self, model, rows: dict[str, Tensor]) -> Outputs:
+    def outputs_on(self, model, rows: dict[str, Tensor], params: bool) -> Outputs:
         """The model's outputs on the pools' `rows` alone (pool → sorted indices; every other row NaN), for a
-        point of its dynamics."""
+        point of its dynamics; its parameters only where `params` asks (a copy of every weight: the layer distance)."""
         pools = {}
         for pool in ("train", "test"):
             size = len(self.data.pool(pool)[1])
@@ -159,7 +161,8 @@ class Evaluator:
                 subset = Subset(self.data, pool, rows[pool])
                 logits = predict(self.fabric, model, subset, self.batch_size, self.normalizer)
                 pools[pool][rows[pool].cpu()] = logits.double()
-        return Outputs(pools["train"], pools["test"], self.store.parameters_of(full_state_dict(self.fabric, model)))
+        weights = self.store.parameters_of(full_state_dict(self.fabric, model)) if params else None
+        return Outputs(pools["train"], pools["test"], weights)
 
     def outputs(self, model, remember: bool = False) -> Outputs:
         """`remember` keeps the model and its outputs for the job (M_o and M_r); others are scored once."""
