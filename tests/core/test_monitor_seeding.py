@@ -51,9 +51,10 @@ def test_utilisation_is_high_for_a_busy_loop():
             x += 1
     cpu_used = time.process_time() - cpu_started
     cores = usable_cores()
-    # one busy thread is 100 / cores percent of the machine (50 % on 2 cores); another job on the machine can
-    # take some of that core away, hence the margin
-    assert cost.utilisation_pct > 0.4 * 100 / cores
+    # one busy thread is at most 100 / cores percent of the machine (50 % on 2 cores); how much of its core it got
+    # depends on what else runs (a loaded suite gave it a fifth), so the bound is the share it did get
+    got = 100 * cpu_used / (cost.time_s * cores)
+    assert got > 0 and cost.utilisation_pct > 0.5 * got
     assert cost.utilisation_pct <= 100.0 * 1.05
     # consistent with the process's own CPU-time clock over the block
     assert cost.utilisation_pct == pytest.approx(100 * cpu_used / (cost.time_s * cores), rel=0.25, abs=2.0)
