@@ -19,7 +19,20 @@ from typing import Any
 from unlearnbench.core.bench import Evaluation
 from unlearnbench.core.outcome import Outcome, as_records
 from unlearnbench.runtime import during
+from unlearnbench.runtime.errors import invalid
 from unlearnbench.runtime.monitor import Cost
+
+
+def chosen_metrics(asked: list[str] | None, computable: list[str], leaderboard: list[str], why: str) -> list[str]:
+    """The metrics each point computes: those `evaluation.during.metrics` names, or (null) the task's leaderboard
+    metrics that a point can compute; a name it cannot compute is refused in one line (`why` says what is left to
+    the end)."""
+    if asked is None:
+        return [metric for metric in dict.fromkeys(leaderboard) if metric in computable]
+    if any(name not in computable for name in asked):
+        raise invalid("metrics", "evaluation.during", f"null or a list of {', '.join(computable)} ({why})",
+                      list(asked))
+    return list(asked)
 
 
 class Dynamics:

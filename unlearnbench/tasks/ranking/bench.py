@@ -24,6 +24,7 @@ from unlearnbench import __version__
 from unlearnbench.core.bench import Bench, Evaluation, Scored
 from unlearnbench.core.catalogue import NO_SPLIT, RETRAINED, Metric
 from unlearnbench.core.components import build
+from unlearnbench.core.dynamics import chosen_metrics
 from unlearnbench.core.outcome import Outcome, as_records, cost_scores
 from unlearnbench.core.plan import JobPlan
 from unlearnbench.core.result import finite
@@ -209,14 +210,9 @@ POINT_METRICS = (NDCG_AT_10, WEIGHT_DISTANCE)
 def point_metrics(asked: list[str] | None) -> list[str]:
     """The metrics each point computes: those `evaluation.during.metrics` names, or (null) the leaderboard metrics
     among those a point can compute."""
-    valid = [metric.name for metric in POINT_METRICS]
-    if asked is None:
-        return [metric.name for metric in POINT_METRICS if metric.leaderboard]
-    unknown = [name for name in asked if name not in valid]
-    if unknown:
-        raise invalid("metrics", "evaluation.during", f"null or a list of {', '.join(valid)} (online NDCG sums a "
-                      f"whole run's rounds: it is scored at the end alone)", list(asked))
-    return list(asked)
+    return chosen_metrics(asked, [metric.name for metric in POINT_METRICS],
+                          [metric.name for metric in POINT_METRICS if metric.leaderboard],
+                          "online NDCG sums a whole run's rounds: it is scored at the end alone")
 
 
 def refuse_epochs(every) -> None:

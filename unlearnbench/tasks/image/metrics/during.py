@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from unlearnbench.core.catalogue import Catalogue
-from unlearnbench.runtime.errors import invalid
+from unlearnbench.core.dynamics import chosen_metrics
 from unlearnbench.runtime.seeding import streams
 from unlearnbench.tasks.image.data.base import Subset
 from unlearnbench.tasks.image.data.scenarios import Splits
@@ -28,14 +28,8 @@ POINT_METRICS = (fn.ACC.name, fn.LOSS.name, DELTA_ACC.name, DELTA_LOSS.name, fn.
 def point_metrics(asked: list[str] | None, catalogue: Catalogue, added: list[str]) -> list[str]:
     """The metrics each point computes: those `evaluation.during.metrics` names, or (null) the catalogue's
     leaderboard metrics that a point can compute."""
-    valid = [*POINT_METRICS, *added]
-    if asked is None:
-        return [metric for metric in dict.fromkeys(m for m, _ in catalogue.roles("leaderboard")) if metric in valid]
-    unknown = [name for name in asked if name not in valid]
-    if unknown:
-        raise invalid("metrics", "evaluation.during", f"null or a list of {', '.join(valid)} (the membership "
-                      f"attacks are scored at the end alone)", list(asked))
-    return list(asked)
+    return chosen_metrics(asked, [*POINT_METRICS, *added], [m for m, _ in catalogue.roles("leaderboard")],
+                          "the membership attacks are scored at the end alone")
 
 
 def sample(subset: Subset, size: int, generator: torch.Generator) -> Subset:
