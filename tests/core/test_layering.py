@@ -1,7 +1,7 @@
 """The floors of the house, read from the code's own import lines (DESIGN.md, "The direction of imports"): tasks →
-core → runtime, the report beside the tasks reading the core's contracts, no task importing another and no circle
-between the floors. Every `import` and `from … import` counts, those inside functions too (a lazy import is still
-an arrow), and a failure names the file, the line and what it imports."""
+core → runtime, the report and the trackers beside the tasks reading the core's contracts, no task importing another
+and no circle between the floors. Every `import` and `from … import` counts, those inside functions too (a lazy
+import is still an arrow), and a failure names the file, the line and what it imports."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import unlearnbench
 PACKAGE = Path(unlearnbench.__file__).resolve().parent
 ROOT = PACKAGE.parent
 TASKS = ("tasks.image", "tasks.text", "tasks.ranking")
-FLOORS = ("runtime", "core", "report", *TASKS)  # the packages the arrows are drawn between
+FLOORS = ("runtime", "core", "report", "track", *TASKS)  # the packages the arrows are drawn between
 
 
 @dataclass(frozen=True)
@@ -119,11 +119,11 @@ def test_layering_reads_imports_inside_functions_and_relative_ones(tmp_path):
 
 
 def test_layering_runtime_imports_nothing_above_it(arrows):
-    assert_none_crosses(arrows["runtime"], {"core", "report", *TASKS})
+    assert_none_crosses(arrows["runtime"], {"core", "report", "track", *TASKS})
 
 
 def test_layering_core_imports_no_report_and_no_task(arrows):
-    assert_none_crosses(arrows["core"], {"report", *TASKS})
+    assert_none_crosses(arrows["core"], {"report", "track", *TASKS})
 
 
 def test_layering_the_report_imports_no_task_even_by_name(arrows):
@@ -135,6 +135,15 @@ def test_layering_the_report_imports_no_task_even_by_name(arrows):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and floor_of(node.value) in TASKS:
                 by_name.append(f"{path.relative_to(ROOT).as_posix()}:{node.lineno} names {node.value}")
     assert_none_crosses(arrows["report"], set(TASKS), by_name)
+
+
+def test_layering_the_trackers_read_the_core_alone(arrows):
+    """The trackers log what a job's result document holds (unlearnbench/track/): they import no task and no report,
+    and neither a task nor the report imports them (the sweep's callback, registered in conf/config.yaml, calls
+    them)."""
+    assert_none_crosses(arrows["track"], {"report", *TASKS})
+    assert_none_crosses([a for floor in ("report", *TASKS) for a in arrows[floor]], {"track"})
+    assert any(floor_of(a.imported) == "core" for a in arrows["track"])  # the reader sees its arrows
 
 
 @pytest.mark.parametrize("task", TASKS)

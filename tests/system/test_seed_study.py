@@ -68,7 +68,8 @@ def test_the_study_runs_both_designs_and_reports_them_together(study):
     report = folder / "report"
     assert (report / "figures" / "seed_study_digits_resnet18_full_class_3.png").stat().st_size > 0
     by_seed = pd.read_csv(report / "wasserstein_by_seed.csv")
-    assert set(by_seed["seed_train"]) == {0} and set(by_seed["n_B"]) == {5}  # A(0) against B without seed 0
+    scores = by_seed[~by_seed["metric"].isin(["time_s", "memory_gib", "utilisation_pct"])]  # a cost may be unsampled
+    assert set(by_seed["seed_train"]) == {0} and set(scores["n_B"]) == {5}  # A(0) against B without seed 0
 
 
 @pytest.mark.processes

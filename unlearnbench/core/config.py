@@ -314,6 +314,7 @@ class Config:
     methods: list[str] | None = None  # without `+method`: only these of the task's methods, in one job
     study: StudyDesign | None = None  # set by `experiment=seed_sensitivity`
     tune: Tune | None = None  # set by `experiment=tune`
+    logger: Any = None  # experiment trackers (conf/logger/, unlearnbench/track/): tracker name → its options
 
 
 ConfigStore.instance().store(name="unlearnbench_schema", node=Config)

@@ -9,6 +9,9 @@ from unlearnbench.runtime.errors import UserError, invalid
 
 RESULT = "result.json"  # a job's records and outcome (DESIGN.md's results contract)
 EXAMPLES = "examples.parquet"  # its per-example outputs, beside RESULT (metrics/examples.py)
+# The folders an experiment tracker keeps below a sweep (track/): MLflow's local artifact store and W&B's offline
+# runs. They hold copies of jobs' RESULT files, which are not jobs of the sweep: the report's reader skips them.
+TRACKER_STORES = frozenset({"mlartifacts", "wandb"})
 
 
 class SchemaError(UserError, ValueError):

@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from unlearnbench.core.catalogue import Catalogue
-from unlearnbench.core.files import RESULT
+from unlearnbench.core.files import RESULT, TRACKER_STORES
 from unlearnbench.core.result import INT64, SchemaError, check_failures, read_result
 from unlearnbench.report.read.catalogue import disagreement_warning, merged, result_catalogue, result_legacy
 
@@ -49,7 +49,9 @@ def failed_methods(jobs: list[dict]) -> list[dict]:
 
 
 def result_files(folders: list[Path]) -> list[Path]:
-    return sorted({p for folder in folders for p in Path(folder).rglob(RESULT)})
+    """Every job's result file under `folders`, leaving out the copies in trackers' stores (`TRACKER_STORES`)."""
+    return sorted({path for folder in folders for path in Path(folder).rglob(RESULT)
+                   if TRACKER_STORES.isdisjoint(path.relative_to(folder).parts[:-1])})
 
 
 def load_results(folders: list[Path]) -> tuple[pd.DataFrame, list[dict]]:
