@@ -220,6 +220,31 @@ def test_track_a_job_is_logged_once_per_attempt_and_a_failing_tracker_is_one_lin
         f"tracker failing: ConnectionError: refused; the job's results are in {folder}"]
 
 
+def test_track_a_rerun_logs_the_complete_jobs_no_tracker_logged_from_their_saved_config(tmp_path):
+    """The launchers skip complete jobs on a rerun (their `on_job_end` never fires): the sweep's start logs those
+    that a tracker has not logged, each with its own `.hydra/config.yaml`; a logged job, a failed one, a damaged
+    result and a folder without the saved config are left alone."""
+    from unlearnbench.core.result import publish
+
+    sweep = tmp_path / "sweep"
+    complete, failed = fabricated_result(), fabricated_result() | {"status": "failed", "error": "boom"}
+    jobs = {"a_unlogged": complete, "b_logged": complete, "c_failed": failed, "d_no_config": complete}
+    for name, result in jobs.items():
+        publish(sweep / name / "result.json", result)
+        if name != "d_no_config":
+            (sweep / name / ".hydra").mkdir()
+            OmegaConf.save(fabricated_config(), sweep / name / ".hydra" / "config.yaml")
+    (sweep / "e_damaged").mkdir()
+    (sweep / "e_damaged" / "result.json").write_text("{")
+    callback.keep_state(sweep, "sweep", "made", {"sweep_run_id": "s"})
+    callback.keep_state(sweep / "b_logged", "job", "made", {"run_id": "old", "logged": True,
+                                                             "finished": complete["finished"]})
+    recorder = Recorder({}, sweep)
+    callback.catch_up(fabricated_config(), sweep, [recorder])
+    assert recorder.calls == [("a_unlogged", {})]
+    assert callback.read_state(sweep / "a_unlogged", "job")["made"]["logged"] is True
+
+
 def test_track_mlflow_without_a_uri_keeps_its_store_and_artifacts_in_the_sweep_folder(tmp_path, monkeypatch):
     """`logger=mlflow` with neither the option nor MLFLOW_TRACKING_URI: a SQLite store in the sweep folder, no
     server, the sweep's experiment with its run and the job's nested under it, artifacts in the sweep folder."""

@@ -180,9 +180,9 @@ def catch_up(config: DictConfig, sweep: Path, trackers: list) -> None:
     process saved in `.hydra/config.yaml`."""
     from unlearnbench.core.result import stored_result
 
-    for result_file in sorted(sweep.glob("*/result.json")):
-        folder = result_file.parent
-        result, saved = stored_result(folder), folder / ".hydra" / "config.yaml"
+    for folder in sorted(path for path in sweep.iterdir() if path.is_dir()):
+        result = stored_result(folder)  # None where the folder holds no job's valid result
+        saved = folder / ".hydra" / "config.yaml"  # the job's own config, as its process composed it
         if result is None or result["status"] != "complete" or not saved.is_file():
             continue  # the sweep runs it, and its end logs it
         log_job(OmegaConf.load(saved), result, folder, sweep, trackers)

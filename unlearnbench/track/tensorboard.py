@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import ClassVar
 
+from unlearnbench.runtime.errors import UserError
 from unlearnbench.track.tracker import JobLog, Point, Tracker
 
 SUFFIX = ".unlearnbench"  # ends the name of every event file this tracker writes (and may remove)
@@ -79,7 +80,7 @@ class TensorBoardTracker(Tracker):
             logger.finalize("success")
         files = sorted(found.name for found in folder.glob(EVENTS))
         if not files:  # Fabric writes on rank 0 only: a process that thinks it is another rank writes nothing
-            raise RuntimeError(f"no event file was written in {folder}")
+            raise UserError(f"no event file was written in {folder}")
         return {"run": folder.name, "files": files, "logged": True}
 
     def end_sweep(self, group: str, report: Path | None) -> None:
