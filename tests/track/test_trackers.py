@@ -27,6 +27,7 @@ import pytest
 from helpers import TINY, results, run_cli
 from omegaconf import OmegaConf
 
+from unlearnbench.report.read.collect import result_files
 from unlearnbench.runtime.errors import EndSweep
 from unlearnbench.track.callback import TrackCallback
 
@@ -196,6 +197,8 @@ def test_trackers_wandb_offline_files_match_the_results(sweep):
     from readback import assert_wandb_matches
 
     assert_wandb_matches(sweep.folder, sweep.results)
+    # W&B's runs hold copies of result.json (`<job>/wandb/offline-run-…/files/`): the report reads none as a job
+    assert result_files([sweep.folder]) == sorted(sweep.folder / name / "result.json" for name in sweep.results)
 
 
 @pytest.mark.parametrize("name, target", [("mlflow", "unlearnbench.track.mlflow.MlflowTracker"),
