@@ -14,7 +14,7 @@ imported stays imported (the parent's state at fork: nothing of a job's state, w
 Safe to fork: the server imports modules and runs nothing. The only threads they start are OpenBLAS's pools (NumPy,
 SciPy) and pyarrow's jemalloc background thread, and both libraries handle fork (their atfork handlers quiesce the
 pools; jemalloc's child runs without background threads). Where the installed script itself is the subject, the tests
-start it as a shell would: the demo, the extending example, a local sweep stopped by signals, run_sweep stopped by
+start it as a shell would: the extending example, a local sweep stopped by signals, run_sweep stopped by
 Ctrl-C (and the processes that the console script starts in turn are real interpreters wherever it runs: launcher
 workers, SLURM's tasks, spawned ranks). A forked `python -m unlearnbench` has that main module's spec, as the
 interpreter gives it, so that multiprocessing's spawned processes do not run the command again.
@@ -240,6 +240,9 @@ class ForkServer:
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
+            # shut down first: the reader thread's blocked recv keeps the socket open through a close alone, so the
+            # server would never see its end, outlive the tests and make `wait` below sit out its 10 s
+            self.channel.shutdown(socket.SHUT_RDWR)
             self.channel.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.server.wait(timeout=10)

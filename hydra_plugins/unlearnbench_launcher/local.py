@@ -207,7 +207,7 @@ class LocalLauncher(Launcher):
                 yield function(*arguments)
             return
         interrupt.check()  # before starting the workers, rather than after
-        pool = worker_pool(workers, str(self.config.task.bench))
+        pool = worker_pool(workers, self.config)
         queued, submitted = iter(calls), {}  # submitted: each unfinished call's future → its job's index
         try:
             while True:
@@ -238,12 +238,12 @@ def handed(futures: Iterable[Future]) -> None:
         time.sleep(HAND_S)
 
 
-def worker_pool(workers: int, bench: str):
+def worker_pool(workers: int, config: DictConfig):
     """loky's reusable pool of `workers` processes forked from a forkserver that imports the job loop, the task's
-    bench (`bench`, a dotted path) and this module once."""
+    bench and the dataset's module (`config`'s: core/plan.preload_forkserver) and this module once."""
     from joblib.externals.loky import get_reusable_executor
 
     from unlearnbench.core.plan import start_forkserver
 
-    start_forkserver(bench, "hydra_plugins.unlearnbench_launcher.local")
+    start_forkserver(config, "hydra_plugins.unlearnbench_launcher.local")
     return get_reusable_executor(max_workers=workers, context="forkserver", timeout=IDLE_S)

@@ -166,10 +166,14 @@ def test_a_stop_step_that_is_no_boolean_is_refused():
 
 
 # ---- a tiny real sweep: trial 0 (gradient ascent's defaults but lr; 5 epochs) on training seed 0, held out on 1 ----
+# Under the basic launcher (a later `hydra/launcher` wins over experiment=tune's `local`), as test_tune.py's study:
+# the sweep's process runs its three jobs one after the other instead of starting a pool of workers (their imports)
+# for the two held-out jobs; what the jobs compute does not depend on the launcher.
 
 SWEEP = ["experiment=tune", "+method=gradient_ascent", "tune.trials=1", "tune.seeds=[0]", "tune.heldout=[1]",
          "++tune.stop_step=true", "evaluation.during.every=1epoch", "evaluation.during.max_examples=100000",
-         "tune.objective=[delta_acc:retain_test]", "method.lr=0.05", *TINY]  # a rate that wrecks D'_r late
+         "tune.objective=[delta_acc:retain_test]", "method.lr=0.05", *TINY,  # a rate that wrecks D'_r late
+         "hydra/launcher=basic"]
 
 
 @pytest.fixture(scope="module")

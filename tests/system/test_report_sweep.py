@@ -7,6 +7,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import time
 from pathlib import Path
 
@@ -335,7 +336,8 @@ def test_real_sweep_report_files_and_statistics(real):
                   & (summary["split"] == "retain_test")].iloc[0]
     assert acc["n"] == 6 and 0.5 < acc["mean"] <= 1
     text = (report / "report.md").read_text()
-    assert "fewer than 10 training seeds (I = 3)" in text and "## Failed jobs (0)" in text
+    # I = 3 among the metrics' counts of training seeds (a cost left null by a too-short call may add I = 1 or 2)
+    assert re.search(r"fewer than 10 training seeds \(I = (\d, )*3(, \d)*\)", text) and "## Failed jobs (0)" in text
     figures = sorted((report / "figures").glob("*.png"))
     assert {p.name.split("_")[0] for p in figures} == {"designs", "wasserstein", "variance", "seed", "ranks", "forget",
                                                        "curves"}

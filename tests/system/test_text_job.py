@@ -26,23 +26,25 @@ METHODS = {"grad_ascent", "grad_diff", "npo", "simnpo", "idk_dpo", "rmu", "undia
            "pdu", "altpo", "text_finetune", "text_retrain"}
 SWEPT = {"grad_ascent", "npo", "simnpo", "altpo", "text_retrain"}  # the example's methods
 # The example's own overrides, and what the test adds to them: the quick report (helpers.QUICK_REPORT: no figures, a
-# 10-split null for the forget quality), whose figures and null no assertion reads.
+# 10-split null for the forget quality), whose figures and null no assertion reads, and greedy answers of 8 tokens,
+# not 32 (a third of an evaluation's time), which every job here takes, the console script's too (`ANSWERS`).
 EXAMPLE_OVERRIDES = ["experiment=tofu", "seeds.train=range(3)", "methods=[grad_ascent,npo,simnpo,altpo,text_retrain]"]
+ANSWERS = "model.max_new_tokens=8"
 
 
 def quick(source: str) -> str:
-    """The example's source with the quick report's overrides added to its `run_sweep`'s."""
+    """The example's source with the quick report's overrides and `ANSWERS` added to its `run_sweep`'s."""
     (call,) = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
                and getattr(node.func, "id", None) == "run_sweep"]
     assert ast.literal_eval(call.args[0]) == EXAMPLE_OVERRIDES, "the example's overrides changed: update the test"
     listed = ast.get_source_segment(source, call.args[0])
-    return source.replace(listed, json.dumps(with_defaults(EXAMPLE_OVERRIDES, QUICK_REPORT)))
+    return source.replace(listed, json.dumps(with_defaults([*EXAMPLE_OVERRIDES, ANSWERS], QUICK_REPORT)))
 
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory, shared_cache):
-    """The docs' example run as a script in a folder of its own (helpers.run_example), with the quick report
-    (`quick`), its models in the suite's cache."""
+    """The docs' example run as a script in a folder of its own (helpers.run_example), with the quick report and
+    short answers (`quick`), its models in the suite's cache."""
     folder = tmp_path_factory.mktemp("text")
     run = run_example(quick(EXAMPLE.read_text()), folder,
                       {**user_environment(), "UNLEARNBENCH_CACHE_DIR": str(shared_cache)})
@@ -58,9 +60,9 @@ def job_of(sweep: Path) -> tuple[dict, pd.DataFrame]:
 @pytest.fixture(scope="module")
 def every_method(example, tmp_path_factory, shared_cache):
     """`unlearnbench experiment=tofu`: every text method on the example's first training seed (M_o and M_r, and
-    AltPO's alternates, from the cache the example filled)."""
+    AltPO's alternates, from the cache the example filled), with the example's short answers (`ANSWERS`)."""
     folder = tmp_path_factory.mktemp("every")
-    run = run_cli(["experiment=tofu", f"paths.cache_dir={shared_cache}"], folder)
+    run = run_cli(["experiment=tofu", ANSWERS, f"paths.cache_dir={shared_cache}"], folder)
     assert run.returncode == 0, run.stderr[-3000:]
     return run, job_of(folder / "sweep")
 

@@ -1,7 +1,8 @@
 """Evaluation during unlearning on the text task (`evaluation.during`, tasks/text/evaluate/during.py): every text
 method's final records unchanged by it, the step records at step 0, every N steps and the end (with epochs where the
 loop announces them), the last point on whole splits equal to the final evaluation, unknown metrics refused in one
-line, and WMDP's points on a sample of its questions. M_o and M_r come from the suite's shared cache."""
+line, and WMDP's points on a sample of its questions. The TOFU jobs run on a small set of the built-in data (`SMALL`),
+their M_o and M_r trained once into the suite's shared cache; WMDP's M_o and M_r are the suite's."""
 
 from __future__ import annotations
 
@@ -21,10 +22,15 @@ METHODS = ["altpo", "ceu", "grad_ascent", "grad_diff", "idk_dpo", "npo", "pdu", 
            "text_finetune", "text_retrain", "undial", "wga"]
 LOOPED = [m for m in METHODS if m not in ("text_finetune", "text_retrain")]  # the forget-retain loop's
 STEPS, EVERY = 4, 3  # `train.unlearn.max_steps` of the loop's methods, `evaluation.during.every`
-# without the GradNorm attack (a backward pass per forget and holdout example, a tenth of a job here), which the
-# points never compute
+# without the GradNorm attack (a backward pass per forget and holdout example, a tenth of a job here) and with greedy
+# answers of 4 tokens, not 32 (half of a final evaluation's time): the points compute neither, and both jobs of a
+# comparison take the same setting
 TOFU = ["experiment=tofu", "runtime.threads=1", "runtime.print_table=false", f"train.unlearn.max_steps={STEPS}",
-        "evaluation.gradnorm=false"]
+        "evaluation.gradnorm=false", "model.max_new_tokens=4"]
+# The module's jobs on 6 entities of the built-in data (1 forgotten, 50 retain records) and 4 records in each general
+# set, not 20 entities and 20 records: a third of the examples to score at each point and each final evaluation (what
+# these jobs spend most on); their own M_o and M_r train in about 10 CPU-s, once for both jobs
+SMALL = ["dataset.entities=6", "dataset.general=4"]
 COSTS = ("time_s", "memory_gib", "utilisation_pct", "during_time_s")
 DEFAULT = {"forget_quality", "prob", "truth_ratio", "privleak"}  # TOFU's leaderboard without generation
 
@@ -49,11 +55,12 @@ def points(outcome, method: str) -> dict[int, dict]:
 
 @pytest.fixture(scope="module")
 def tofu(tmp_path_factory, shared_cache):
-    """The same job of every text method without and with `evaluation.during.every` (text_finetune one epoch)."""
+    """The same job of every text method without and with `evaluation.during.every` (text_finetune one epoch: 4
+    steps of batch 16 over the small set's retain records)."""
     folder, options = tmp_path_factory.mktemp("during"), {"text_finetune": ["method.epochs=1"]}
-    plain = run_in_process(TOFU, folder / "plain", METHODS, shared_cache, options)
-    watched = run_in_process([*TOFU, f"evaluation.during.every={EVERY}"], folder / "watched", METHODS, shared_cache,
-                             options)
+    plain = run_in_process([*TOFU, *SMALL], folder / "plain", METHODS, shared_cache, options)
+    watched = run_in_process([*TOFU, *SMALL, f"evaluation.during.every={EVERY}"], folder / "watched", METHODS,
+                             shared_cache, options)
     return plain, watched
 
 

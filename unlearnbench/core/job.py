@@ -110,7 +110,7 @@ def ranks_outcome(cfg: DictConfig, fabric: Fabric, plan: JobPlan) -> Outcome:
     records before it (`Outcome.capture`)."""
     if not spawned(fabric):
         return launch(fabric, execute, plan)
-    preload_forkserver(plan.config["task"]["bench"])  # strategy.start_method=forkserver's ranks
+    preload_forkserver(plan.config)  # strategy.start_method=forkserver's ranks
     try:
         return supervise(lambda: make_fabric(cfg.strategy, cfg.precision, cfg.runtime.accelerator), execute, plan)
     except RankDied as error:

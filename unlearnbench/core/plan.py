@@ -4,8 +4,10 @@ plain data that every rank gets (`JobPlan`)."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -131,23 +133,26 @@ def refuse_foreign_metrics(metrics: dict, task: str, dataset: str) -> None:
                           f"a metric of the {task} task", f"{metric['_target_']}, a metric of the {served} task")
 
 
-def preload_forkserver(bench: str, *modules: str) -> None:
+def preload_forkserver(config: Mapping[str, Any], *modules: str) -> None:
     """What a multiprocessing forkserver started from this process imports once, before its first fork: the job loop,
-    the task's bench (`bench`, a dotted path) and what they import (torch, Lightning), and `modules`. A rank or a
-    launcher's worker forked from it then does not import them again. A server already running keeps its own."""
+    the task's bench and the dataset's module (named by `config`'s `task.bench` and `dataset._target_`) and what they
+    import (torch, Lightning, a dataset's reader), and `modules`. A rank or a launcher's worker forked from it then
+    does not import them again. A server already running keeps its own."""
     import multiprocessing
 
-    multiprocessing.set_forkserver_preload(["unlearnbench.core.job", bench.rpartition(".")[0], *modules])
+    targets = (config["task"]["bench"], config["dataset"]["_target_"])
+    multiprocessing.set_forkserver_preload(["unlearnbench.core.job", *(t.rpartition(".")[0] for t in targets),
+                                            *modules])
 
 
-def start_forkserver(bench: str, *modules: str) -> None:
+def start_forkserver(config: Mapping[str, Any], *modules: str) -> None:
     """Start multiprocessing's forkserver now, preloaded (`preload_forkserver`), unless it runs: with SIGINT blocked,
     which the server and the processes it forks inherit, so that a terminal's Ctrl-C during its seconds of imports,
     or in a child before the child ignores SIGINT, prints no traceback (runtime/interrupt.py). Call it from the
     thread that starts the processes, before anything else starts the server on its own."""
     from multiprocessing import forkserver, resource_tracker
 
-    preload_forkserver(bench, *modules)
+    preload_forkserver(config, *modules)
     resource_tracker.ensure_running()  # first: it unblocks SIGINT in this thread once it has started its own process
     with interrupt.sigint_blocked():
         forkserver.ensure_running()

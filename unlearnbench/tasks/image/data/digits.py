@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from sklearn.datasets import load_digits  # here, not in `load`: a forkserver's preload then holds it
 
 from unlearnbench.runtime.errors import invalid
 from unlearnbench.tasks.image.data.base import ImageData, ImageSource
@@ -33,8 +34,6 @@ class Digits(ImageSource):
         self.split_seed = split_seed
 
     def load(self) -> ImageData:
-        from sklearn.datasets import load_digits
-
         digits = load_digits()
         images = np.round(digits.images * (255 / 16)).astype(np.uint8)[:, None]  # N × 1 × 8 × 8
         labels = digits.target.astype(np.int64)
