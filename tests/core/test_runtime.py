@@ -135,8 +135,11 @@ def test_spawned_ranks_start_as_the_strategy_says_and_a_bad_start_method_is_one_
         assert "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("overrides", [[], ["experiment=tofu"]])
-def test_the_forkserver_preloads_the_job_loop_the_bench_and_the_datasets_reader(overrides, monkeypatch):
+@pytest.mark.parametrize(("overrides", "bench", "reader"), [
+    ([], "unlearnbench.tasks.image.bench", "unlearnbench.tasks.image.data.digits"),
+    (["experiment=tofu"], "unlearnbench.tasks.text.bench", "unlearnbench.tasks.text.data.records")])
+def test_the_forkserver_preloads_the_job_loop_the_bench_and_the_datasets_reader(overrides, bench, reader,
+                                                                                 monkeypatch):
     """A launcher's worker or a spawned rank is a fork of a server that has imported what its job imports first: the
     job loop, the task's bench and the dataset's module (digits': scikit-learn's loader, 0.7 s of CPU a worker)."""
     import multiprocessing.forkserver
@@ -145,12 +148,9 @@ def test_the_forkserver_preloads_the_job_loop_the_bench_and_the_datasets_reader(
 
     server = multiprocessing.forkserver._forkserver  # the process's one server, its preload put back afterwards
     monkeypatch.setattr(server, "_preload_modules", server._preload_modules)
-    cfg = compose_config(overrides)
-    preload_forkserver(cfg, "hydra_plugins.unlearnbench_launcher.local")
-    preloaded = server._preload_modules
-    assert preloaded == ["unlearnbench.core.job", str(cfg.task.bench).rpartition(".")[0],
-                         str(cfg.dataset._target_).rpartition(".")[0], "hydra_plugins.unlearnbench_launcher.local"]
-    assert preloaded[2] in ("unlearnbench.tasks.image.data.digits", "unlearnbench.tasks.text.data.records")
+    launcher = "hydra_plugins.unlearnbench_launcher.local"
+    preload_forkserver(compose_config(overrides), launcher)
+    assert server._preload_modules == ["unlearnbench.core.job", bench, reader, launcher]
 
 
 def test_ddp_is_allowed_when_slurm_started_the_ranks(monkeypatch):

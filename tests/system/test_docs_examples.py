@@ -16,7 +16,7 @@ import forkserver
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import QUICK_REPORT, REPO, user_environment
+from helpers import QUICK_REPORT, REPO, user_environment, with_defaults
 
 pytestmark = pytest.mark.processes  # every test here starts processes: the console script, ranks or a cluster
 
@@ -25,7 +25,6 @@ BIN = Path(sys.executable).parent
 TOGETHER = ["--config-dir", "conf", "+method=noisy", "dataset=npz_digits", "scenario=class_sample",
             "scenario.targets=[3]", "+metric=margin", "runtime.threads=1"]
 SPLITS = ("forget_train", "retain_train", "forget_test", "retain_test")
-QUICK = [f"{key}={value}" for key, value in QUICK_REPORT.items()]  # where a run's own report is not read
 
 
 def environment(pythonpath: bool) -> dict:
@@ -106,8 +105,8 @@ def test_a_metric_of_ones_own_is_recorded_declared_and_ranked(project, together,
     assert (declared["label"], declared["ideal"], declared["headline"]) == ("margin", RETRAINED, ["forget_train"])
     # a second method to rank (M_o, M_r cached): gradient ascent, 5 steps on D_f where fine-tuning takes 5 epochs;
     # its sweep's own report a quick one (the test builds its own)
-    other = unlearnbench(project, [*(a for a in TOGETHER if a != "+method=noisy"), "+method=gradient_ascent",
-                                   "hydra.sweep.dir=second", *QUICK])
+    other = unlearnbench(project, with_defaults([*(a for a in TOGETHER if a != "+method=noisy"),
+                                                 "+method=gradient_ascent", "hydra.sweep.dir=second"], QUICK_REPORT))
     assert other.returncode == 0, other.stderr
     report = build_report([project / "sweep", project / "second"], tmp_path / "report", figures=False,
                           leaderboard_metrics=["margin:forget_train"])
@@ -130,7 +129,7 @@ def test_a_metric_of_another_task_is_refused_in_one_line(project):
 def test_the_forget_set_is_drawn_from_the_seed(project, together):
     """A different forget-set seed draws another half of class 3 (the scenario's generator is the seed's)."""
     examples = together[2]
-    again = unlearnbench(project, [*TOGETHER, "seeds.forget=1", "hydra.sweep.dir=other", *QUICK])
+    again = unlearnbench(project, with_defaults([*TOGETHER, "seeds.forget=1", "hydra.sweep.dir=other"], QUICK_REPORT))
     assert again.returncode == 0, again.stderr
     (path,) = (project / "other").glob("*/examples.parquet")
     other = pd.read_parquet(path)
