@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 import pty
-import subprocess
-import sys
 import textwrap
+from pathlib import Path
 
+import forkserver
 import pytest
 import torch
 import torch.nn.functional as F
@@ -101,7 +101,7 @@ TRAIN = textwrap.dedent("""
     import logging, sys
     import torch
     from lightning_fabric import Fabric
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {helpers!r}]  # this module, and the tests' modules it imports
     from test_progress import FixedBatches, model_and_optimizer
     from unlearnbench.runtime import progress
     from unlearnbench.tasks.image.train import cross_entropy_epochs
@@ -119,10 +119,12 @@ TRAIN = textwrap.dedent("""
 
 def on_a_terminal(live: bool, **env: str) -> str:
     """What a tiny training run prints when its stdout is a terminal (a pseudo-terminal here)."""
-    source = TRAIN.format(tests=os.path.dirname(os.path.abspath(__file__)), live=live)
+    here = Path(__file__).resolve().parent
+    source = TRAIN.format(tests=str(here), helpers=str(here.parent), live=live)
     leader, follower = pty.openpty()
     environment = {k: v for k, v in os.environ.items() if k != "CI"} | env
-    child = subprocess.Popen([sys.executable, "-c", source], stdout=follower, stderr=follower, env=environment)
+    # `python -c source`, forked from the tests' fork server (forkserver.py: torch and Lightning already imported)
+    child = forkserver.Forked(forkserver.server(), "-c", [source], Path.cwd(), environment, terminal=follower)
     os.close(follower)
     chunks = []
     while True:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from helpers import run_in_process
+from helpers import run_config, run_in_process, with_paths
 from tiny import stub_federation
 
 from unlearnbench.core.result import check_record
@@ -42,20 +42,30 @@ SETTINGS = {
 }
 
 
-def run(overrides: list[str], folder: Path, methods: list[str], options: list[str], cache: Path):
-    outcome = run_in_process(overrides, folder, methods, cache, dict.fromkeys(methods, options))
+def run(overrides: list[str], folder: Path, methods: list[str], options: list[str], cache: Path, data: Path):
+    """The job in-process (`run_in_process`), its synthetic LETOR files read from `data`: written by the first job
+    there, read by the others (writing them was a third of a job here)."""
+    cfg = with_paths(overrides, folder, cache)
+    cfg.paths.data_dir = str(data)
+    outcome = run_config(cfg, folder, dict.fromkeys(methods, options))
     assert outcome.error is None and outcome.failures == [], (outcome.error, outcome.failures)
     return outcome
 
 
 @pytest.fixture(scope="module")
-def jobs(tmp_path_factory, shared_cache) -> dict[str, tuple]:
+def letor_folder(tmp_path_factory) -> Path:
+    """The module's data folder: its jobs read the same synthetic LETOR files."""
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory, shared_cache, letor_folder) -> dict[str, tuple]:
     """Per setting, one job of every method without points and the same job with them."""
     made = {}
     for setting, (methods, options, watched) in SETTINGS.items():
-        plain = run(FAST, tmp_path_factory.mktemp(f"plain_{setting}"), methods, options, shared_cache)
+        plain = run(FAST, tmp_path_factory.mktemp(f"plain_{setting}"), methods, options, shared_cache, letor_folder)
         made[setting] = plain, run([*FAST, *watched], tmp_path_factory.mktemp(f"watched_{setting}"), methods,
-                                   options, shared_cache)
+                                   options, shared_cache, letor_folder)
     return made
 
 
@@ -139,16 +149,16 @@ def test_sampled_queries_are_fixed_by_the_evaluation_seed(tmp_path):
     assert len(others | {sample(weights)}) > 1  # another evaluation seed, other queries
 
 
-def test_a_watched_job_draws_from_no_global_generator(tmp_path, shared_cache):
+def test_a_watched_job_draws_from_no_global_generator(tmp_path, shared_cache, letor_folder):
     """A point every round, on sampled queries: numpy's and torch's global generators stand where they stood."""
     numpy_state, torch_state = np.random.get_state(), torch.get_rng_state()
     try:
         np.random.seed(11), torch.manual_seed(11)
         expected = np.random.random(), torch.rand(1)
         np.random.seed(11), torch.manual_seed(11)
-        outcome = run_in_process([*FAST, "evaluation.during.every=1", "evaluation.during.max_examples=5"], tmp_path,
-                                 ["fed_finetune"], shared_cache)
-        assert outcome.error is None and len(points(outcome.records)["fed_finetune"]) == UNLEARNING_ROUNDS + 1
+        outcome = run([*FAST, "evaluation.during.every=1", "evaluation.during.max_examples=5"], tmp_path,
+                      ["fed_finetune"], [], shared_cache, letor_folder)
+        assert len(points(outcome.records)["fed_finetune"]) == UNLEARNING_ROUNDS + 1
         assert (np.random.random(), torch.rand(1)) == expected
     finally:
         np.random.set_state(numpy_state), torch.set_rng_state(torch_state)

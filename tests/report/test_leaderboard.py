@@ -116,10 +116,11 @@ def test_bootstrap_matches_a_loop_over_resampled_training_seeds(known):
     methods = list(ranks.columns)
     picks = np.random.default_rng([SEED, len(seeds), len(methods), RESAMPLES]).integers(0, len(seeds),
                                                                                      (RESAMPLES, len(seeds)))
+    blocks_of = {seed: ranks.xs(seed, level="seed_train").to_numpy() for seed in seeds}  # its rows, by column
     means, best = [], np.zeros(len(methods))
     for draw in picks:
-        blocks = pd.concat([ranks.xs(seeds[k], level="seed_train", drop_level=False) for k in draw])
-        mean = [float(blocks[m].mean()) for m in methods]
+        blocks = np.concatenate([blocks_of[seeds[k]] for k in draw])
+        mean = [float(value) for value in blocks.mean(axis=0)]
         winners = [m for m, v in zip(methods, mean, strict=True) if v == min(mean)]
         for m in winners:
             best[methods.index(m)] += 1 / len(winners)
@@ -157,7 +158,9 @@ def test_ranks_are_within_blocks_ties_shared_and_retrained_ideals_use_m_rs_block
 
 
 def test_the_aggregate_is_the_mean_rank_over_the_metrics(known):
-    scores, _ = known
+    """On 8 of the 12 training seeds: enough for the pairwise tests (7), whose exact null over tied mean ranks
+    enumerates 2ⁿ sign flips (2¹² took seconds)."""
+    scores = {method: per_seed[:8] for method, per_seed in known[0].items()}
     other = {"alpha": scores["gamma"], "beta": scores["alpha"], "gamma": scores["beta"]}  # alpha now worst
     frame = pd.concat([values(scores), values(other, metric=("delta_mia", "forget_train"))])
     board, = leaderboards(frame, KEYS, [METRIC, ("delta_mia", "forget_train")], LEGACY)

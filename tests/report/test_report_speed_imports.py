@@ -40,6 +40,7 @@ def write_job(folder: Path, seed_train: int, seed_unlearn: int) -> None:
                                                     "records": records, "curves": curves}))
 
 
+@pytest.mark.processes  # a fresh interpreter: the one place where matplotlib is not imported yet
 def test_figures_off_never_imports_matplotlib(tmp_path):
     """In a fresh interpreter: no matplotlib after a report without figures; the same results with figures do
     import it and draw (so the check can fail)."""

@@ -215,7 +215,8 @@ def test_ctrl_c_while_a_batch_of_workers_starts_is_one_line_from_every_process(t
     stays silent (the forkserver and its children were started with SIGINT blocked, and the sweep stops them once
     they are up: runtime/interrupt.py), the sweep prints one line and exits 130, keeps its finished jobs (the
     held-out batch's trial) and leaves no process behind."""
-    process = start(STARTING[batch], tmp_path, cache=shared_cache, env={"PYTHONUNBUFFERED": "1"}, new_session=True)
+    process = start(STARTING[batch], tmp_path, cache=shared_cache, env={"PYTHONUNBUFFERED": "1"}, new_session=True,
+                    real_forkservers=True)  # a forkserver that imports for seconds, as outside the tests
     printed = read_until(process, b"", BATCH.search, 300)
     batch_line = BATCH.search(printed)
     assert batch_line, printed.decode()[-3000:]
