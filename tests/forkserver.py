@@ -15,19 +15,27 @@ Safe to fork: the server imports modules and runs nothing. The only threads they
 SciPy) and pyarrow's jemalloc background thread, and both libraries handle fork (their atfork handlers quiesce the
 pools; jemalloc's child runs without background threads). Where the installed script itself is the subject, the tests
 start it as a shell would: the extending example, a local sweep stopped by signals, run_sweep stopped by
-Ctrl-C; there, and in SLURM's tasks, every process is a real interpreter. A forked `python -m unlearnbench` has
+Ctrl-C; there every process is a real interpreter. A forked `python -m unlearnbench` has
 that main module's spec, as the interpreter gives it, so that multiprocessing's spawned processes do not run the
 command again.
 
 The forkserver that a forked command's multiprocessing starts (the local launcher's workers and ddp_spawn's ranks
 are forked from it) would import torch, Lightning and the job loop again, 6-8 s each time: in a forked command it
 is a fork of this server too (`relay_forkservers`), behind a small stand-in process that is the command's child.
-The tests of how a forkserver starts (a Ctrl-C during its imports) ask for real ones.
+The tests of how a forkserver starts (a Ctrl-C during its imports) ask for real ones. So is a SLURM task that a
+forked command's submitit starts (`relay_slurm_tasks`): SLURM starts, signals and kills the stand-in, and the
+stand-in's death ends the fork; one SLURM test asks for real tasks.
 
-Protocol (a SOCK_SEQPACKET socketpair): the client sends one JSON request with its stdin, stdout and stderr as file
-descriptors; the server answers {"pid": N}, and {"exit": N, "returncode": R} when that process ends. A relay
-connects to the server's own socket and sends one request, with the forkserver's descriptors too; the exit comes
-back on that connection.
+One server per test run (`run_address`): the first process to need it starts it, and the run's other processes
+(pytest-xdist's workers, a test's own script) join it, so its imports are paid once; it ends with the last session.
+It is no test process's child (it leaves the one that started it), so no test process's tree holds the commands
+other processes asked for.
+
+Protocol (SOCK_SEQPACKET, on an address in the abstract namespace): a client process opens a session (one
+connection, held while it lives). For each process it asks for, it connects again and sends one JSON request with
+its stdin, stdout and stderr as file descriptors; the server answers {"pid": N} on that connection, and
+{"exit": N, "returncode": R} when the process ends. A relay does the same, with the forkserver's descriptors too.
+A process whose connection closes first (its relay killed, its test process gone) is killed.
 """
 
 from __future__ import annotations
@@ -38,9 +46,9 @@ import importlib.util
 import json
 import os
 import selectors
-import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -58,6 +66,7 @@ PRELOAD = (
     "unlearnbench.report.callback", "pyarrow.parquet", "unlearnbench.report.render.figures", "scikit_posthocs",
     # the text task's model and metrics (transformers' Llama 1.2 s, ROUGE 0.15 s in every text job otherwise)
     "unlearnbench.tasks.text.bench", "transformers.models.llama.modeling_llama", "rouge_score.rouge_scorer",
+    "submitit.slurm.slurm",  # what a SLURM task runs (`relay_slurm_tasks`)
 )
 ENTRY_POINTS = {"unlearnbench": "main", "unlearnbench-report": "report_main"}  # console script → unlearnbench.cli
 MESSAGE = 65536
@@ -65,61 +74,88 @@ MESSAGE = 65536
 
 # --- the server -------------------------------------------------------------------------------------------------
 
-def serve(channel: socket.socket, spawner: socket.socket) -> dict | None:
-    """Answer requests until the client closes the channel (None), or return a request in the forked child: the
-    client's commands on `channel`, and on `spawner`'s connections the forkservers that those commands' multiprocessing
-    starts (`relay`), one per connection, whose exit goes back on it."""
+def serve(listener: socket.socket) -> dict | None:
+    """Answer connections until the last session ends (None), or return a request in the forked child. A connection
+    is a client's session (a test process, for as long as it uses the server: its first message asks for one) or
+    one process's: a command a test runs, or a relay's (`relay`). A process's connection gets its pid, then its exit
+    status; one that closes while its process runs (a relay killed, a test process gone) takes the process with it,
+    as the death of the process it stands for would."""
     wakeup_read, wakeup_write = os.pipe()
     os.set_blocking(wakeup_write, False)
     signal.set_wakeup_fd(wakeup_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     selector = selectors.DefaultSelector()
-    for source in (channel, spawner, wakeup_read):
+    for source in (listener, wakeup_read):
         selector.register(source, selectors.EVENT_READ)
-    owners: dict[int, socket.socket] = {}  # a relayed forkserver's pid → its relay's connection
+    sessions: set[socket.socket] = set()
+    owners: dict[int, socket.socket | None] = {}  # a forked process's pid → its connection (None: closed)
     while True:
         for key, _ in selector.select():
             source = key.fileobj
-            if source is spawner:
-                selector.register(spawner.accept()[0], selectors.EVENT_READ)
+            if source is listener:
+                connection = accepted(listener)
+                if connection is not None:
+                    selector.register(connection, selectors.EVENT_READ)
                 continue
             if source is wakeup_read:
                 with contextlib.suppress(BlockingIOError):
                     os.read(wakeup_read, 4096)
-                reap(channel, owners)
+                reap(owners, selector)
                 continue
             try:
                 data, fds, _, _ = socket.recv_fds(source, MESSAGE, 16)
             except OSError:
                 data, fds = b"", []
-            if not data and source is channel:
-                return None
-            if source is not channel:  # one request per relay: its connection now waits for the exit
-                selector.unregister(source)
             if not data:
+                selector.unregister(source)
                 source.close()
+                if source in sessions:
+                    sessions.discard(source)
+                    if not sessions:
+                        end(owners)
+                        listener.close()  # at once: a client that connects now is refused, and starts a server
+                        return None
+                for pid in [pid for pid, owner in owners.items() if owner is source]:
+                    owners[pid] = None
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
                 continue
             request = json.loads(data)
+            if request.get("session"):
+                sessions.add(source)
+                source.send(json.dumps({"pid": os.getpid()}).encode())
+                continue
             pid = os.fork()
             if pid == 0:
+                for registered in list(selector.get_map().values()):
+                    if isinstance(registered.fileobj, socket.socket):
+                        registered.fileobj.close()
                 selector.close()
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 for fd in (wakeup_read, wakeup_write):
                     os.close(fd)
-                for sock in (channel, spawner, source, *owners.values()):
-                    sock.close()
                 become(request, fds)
                 return request
             for fd in fds:
                 os.close(fd)
             source.send(json.dumps({"pid": pid}).encode())
-            if source is not channel:
-                owners[pid] = source
+            owners[pid] = source
 
 
-def reap(channel: socket.socket, owners: dict[int, socket.socket]) -> None:
-    """Report each ended child: a relayed forkserver's to its relay, a command's to the client."""
+def accepted(listener: socket.socket) -> socket.socket | None:
+    """The next connection, if its process runs as this user (the address is in the abstract namespace, which any
+    local process can reach)."""
+    connection, _ = listener.accept()
+    credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    if struct.unpack("3i", credentials)[1] == os.geteuid():
+        return connection
+    connection.close()
+    return None
+
+
+def reap(owners: dict[int, socket.socket | None], selector: selectors.BaseSelector) -> None:
+    """Report each ended child on its connection (unless that is gone)."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -127,27 +163,32 @@ def reap(channel: socket.socket, owners: dict[int, socket.socket]) -> None:
             return
         if pid == 0:
             return
-        message = json.dumps({"exit": pid, "returncode": os.waitstatus_to_exitcode(status)}).encode()
         owner = owners.pop(pid, None)
-        if owner is None:
-            channel.send(message)
-            continue
-        with contextlib.suppress(OSError):  # a relay that is gone (killed) hears nothing
-            owner.send(message)
-        owner.close()
+        if owner is not None:
+            selector.unregister(owner)
+            with contextlib.suppress(OSError):
+                owner.send(json.dumps({"exit": pid, "returncode": os.waitstatus_to_exitcode(status)}).encode())
+            owner.close()
 
 
-INHERITED_SIGINT = None  # the server's SIGINT handler as Python set it at start-up (default, or ignored)
+def end(owners: dict[int, socket.socket | None]) -> None:
+    """The last session is over: what still runs (left by a test) goes with the server."""
+    for pid in owners:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 BASE_PATH: list[str] = []  # the interpreter's own sys.path entries (no script folder, no PYTHONPATH)
 
 
 def become(request: dict, fds: list[int]) -> None:
     """Turn this forked child into the process the request describes (module docstring)."""
-    signal.signal(signal.SIGINT, signal.default_int_handler if request.get("sigint_default") else INHERITED_SIGINT)
+    ignored = request.get("sigint_ignored") and not request.get("sigint_default")  # as the asking process has it
+    signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else signal.default_int_handler)
     if request.get("new_session"):
         os.setsid()
     place(fds, request.get("fds", [0, 1, 2]))
-    if "mask" in request:  # a relayed forkserver's: SIGINT blocked, as the process that started it had it
+    if "mask" in request:  # a relayed process's (a forkserver's: SIGINT blocked, as the process that started it had it)
         signal.pthread_sigmask(signal.SIG_SETMASK, request["mask"])
     os.chdir(request["cwd"])
     os.environ.clear()
@@ -156,13 +197,13 @@ def become(request: dict, fds: list[int]) -> None:
     sys.path[:] = [request["script_dir"], *extra, *BASE_PATH]
     import warnings
 
-    flags = request.get("flags", [])  # a relayed forkserver's interpreter flags (multiprocessing passes -B and -W)
+    flags = request.get("flags", [])  # a relayed process's interpreter flags (multiprocessing passes -B and -W)
     sys.dont_write_bytecode = "-B" in flags or bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
     options = [o for o in os.environ.get("PYTHONWARNINGS", "").split(",") if o]
     options += [flag[2:] or flags[i + 1] for i, flag in enumerate(flags) if flag.startswith("-W")]
     sys.warnoptions[:] = options
     warnings._processoptions(options)
-    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    unbuffered = "-u" in flags or bool(os.environ.get("PYTHONUNBUFFERED"))
     for fd, name in ((1, "stdout"), (2, "stderr")):
         stream = os.fdopen(fd, "w", buffering=1 if (unbuffered or os.isatty(fd) or name == "stderr") else -1,
                            encoding="utf-8", errors="backslashreplace" if name == "stderr" else "strict",
@@ -170,8 +211,13 @@ def become(request: dict, fds: list[int]) -> None:
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
     sys.stdin = sys.__stdin__ = os.fdopen(0, "r", closefd=False)
-    if not (request.get("real_forkservers") or "mask" in request):  # a relayed forkserver ("mask") is one already
+    if not (request.get("real_forkservers") or "mask" in request):  # a relayed process ("mask") is one already
         relay_forkservers()
+    if not request.get("real_slurm_tasks"):
+        relay_slurm_tasks()
+    if request["program"] == "-m":  # as `python -m MODULE ARGS…`: run_command runs the module as __main__
+        sys.argv[:] = request["args"]
+        return
     if request["program"] == "-c":  # as `python -c CODE ARGS…`: argv without the code, a __main__ of its own
         sys.argv[:] = ["-c", *request["args"][1:]]
         sys.modules["__main__"] = types.ModuleType("__main__")
@@ -198,8 +244,7 @@ def place(fds: list[int], targets: list[int]) -> None:
 
 FORKSERVER_CODE = "from multiprocessing.forkserver import main"  # how multiprocessing's `-c` starts its forkserver
 SERVER_FILE = os.path.abspath(__file__)  # this module (a command's `__main__.__file__` becomes its console script)
-SERVER_PID = os.getpid()
-SPAWNER = ""  # the address of the server's socket for relayed forkservers (set where the server starts)
+ADDRESS = ""  # the server's address, in the abstract namespace (set where the server starts)
 
 
 def relay_forkservers() -> None:
@@ -215,35 +260,66 @@ def relay_forkservers() -> None:
 
     def spawnv_passfds(path, args, passfds):
         if "-c" in args and args[args.index("-c") + 1].startswith(FORKSERVER_CODE):
-            args = [path, "-S", SERVER_FILE, "--relay", SPAWNER, ",".join(map(str, passfds)), *args[1:]]
+            args = [path, "-S", SERVER_FILE, "--relay", printable(ADDRESS), ",".join(map(str, passfds)), *args[1:]]
         return spawn(path, args, passfds)
 
     util.spawnv_passfds = spawnv_passfds
 
 
+def relay_slurm_tasks() -> None:
+    """In a forked command: SLURM's tasks, which submitit starts as `python -u -m submitit.core._submit FOLDER`
+    (a fresh interpreter that imports torch, Lightning and the job loop before the job begins), start `relay`
+    instead, which has a process forked from this server run that module. SLURM still starts, signals, kills and
+    requeues the task's process, the relay, whose death takes the forked process with it. Tests of how the task
+    itself starts ask for real ones (`real_slurm_tasks`)."""
+    import shlex
+
+    from submitit.slurm import slurm
+
+    start = slurm.SlurmExecutor.__init__
+
+    def __init__(self, *args, **kwargs):
+        start(self, *args, **kwargs)
+        self.python = " ".join(shlex.quote(part) for part in (sys.executable, "-S", SERVER_FILE, "--relay",
+                                                               printable(ADDRESS), "-"))
+
+    slurm.SlurmExecutor.__init__ = __init__
+
+
+RELAYED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
 def relay(address: str, passed: list[int], arguments: list[str]) -> None:
-    """Stand in for a forkserver (`relay_forkservers`): ask the server at `address` for a process forked from it to
-    run the `-c` code with this process's descriptors (0, 1, 2 and `passed`), folder, environment, signal mask and
-    interpreter flags, pass on the signals that would end it, and end as it ends. SIGINT is ignored, as the
-    forkserver itself ignores it: a terminal's Ctrl-C is the starting process's to handle."""
+    """Stand in for a `python [FLAGS] -c CODE` forkserver (`relay_forkservers`) or a `python [FLAGS] -m MODULE`
+    SLURM task (`relay_slurm_tasks`): ask the server at `address` for a process forked from it to run the code or
+    module with this process's descriptors (0, 1, 2 and `passed`), folder, environment, signal mask and interpreter
+    flags; pass on the signals that would end it or that SLURM sends a task; end as it ends. A forkserver's relay
+    ignores SIGINT, as the forkserver itself does (a terminal's Ctrl-C is the starting process's to handle); a
+    task's passes it on."""
     sigint_default = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    split = arguments.index("-c")
-    request = {"program": "-c", "args": arguments[split + 1:], "cwd": os.getcwd(), "env": dict(os.environ),
-               "argv0": "-c", "script_dir": "", "sigint_default": sigint_default, "fds": [0, 1, 2, *passed],
-               "mask": sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])), "flags": arguments[:split]}
+    split = next(i for i, argument in enumerate(arguments) if argument in ("-c", "-m"))
+    program, args = arguments[split], arguments[split + 1:]
+    module = program == "-m"
+    if not module:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    request = {"program": program, "args": args, "cwd": os.getcwd(), "env": dict(os.environ), "argv0": program,
+               "script_dir": os.getcwd() if module else "", "sigint_default": sigint_default,
+               "sigint_ignored": not sigint_default,
+               "fds": [0, 1, 2, *passed], "mask": sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+               "flags": arguments[:split]}
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    connection.connect(address)
+    connection.connect(abstract(address))
     socket.send_fds(connection, [json.dumps(request).encode()], [0, 1, 2, *passed])
     for fd in passed:
         os.close(fd)
     pid = json.loads(connection.recv(MESSAGE))["pid"]
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+    for signum in (*RELAYED_SIGNALS, *([signal.SIGINT] if module and sigint_default else [])):
         signal.signal(signum, lambda received, _: os.kill(pid, received))
     ended = connection.recv(MESSAGE)
     returncode = json.loads(ended)["returncode"] if ended else 1
     if returncode < 0:
-        signal.signal(-returncode, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL's disposition cannot change (nor needs to)
+            signal.signal(-returncode, signal.SIG_DFL)
         os.kill(os.getpid(), -returncode)
     os._exit(returncode & 0xFF)
 
@@ -263,6 +339,10 @@ def run_command(request: dict) -> None:
     try:
         if request["program"] == "-c":
             exec(compile(request["args"][0], "<string>", "exec"), vars(sys.modules["__main__"]))
+        elif request["program"] == "-m":
+            import runpy
+
+            runpy.run_module(request["args"][0], run_name="__main__", alter_sys=True)
         else:
             getattr(unlearnbench.cli, ENTRY_POINTS.get(request["program"], "main"))()  # `-m unlearnbench`: main
         code = 0
@@ -287,73 +367,117 @@ def run_command(request: dict) -> None:
 # --- the client -------------------------------------------------------------------------------------------------
 
 class ForkServer:
-    """The client's end: start the server, ask it for processes, learn when they end."""
+    """The client's end: a session with the run's server (started by the first client that finds none), and a
+    connection per process it asks for, whose exit comes back on it."""
 
     def __init__(self) -> None:
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.channel = mine
-        self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"unlearnbench-forkserver-{os.getpid()}.log"
-        with open(self.log, "w") as log:
-            self.server = subprocess.Popen([sys.executable, __file__, str(theirs.fileno())],
-                                           pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=log,
-                                           stderr=log)
-        theirs.close()
-        ready = self.channel.recv(MESSAGE)
-        if ready != b"ready":
-            raise RuntimeError(f"the fork server did not start (see {self.log})")
-        self.lock = threading.Lock()
+        self.address = run_address()
+        self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"{printable(self.address)[1:]}.log"
+        self.session, self.pid = self.join()
         self.changed = threading.Condition()
-        self.started: list[int] = []
-        self.exited: dict[int, int] = {}
+        self.exited: dict[int, int | None] = {}  # None: the server ended before the process did
         self.alive = True
-        self.reader = threading.Thread(target=self.read, daemon=True)
-        self.reader.start()
+        threading.Thread(target=self.watch_session, daemon=True).start()
 
-    def read(self) -> None:
-        while True:
+    def join(self, timeout: float = 300) -> tuple[socket.socket, int]:
+        """A session with the run's server, and the server's pid. Where none is listening, start one (it listens at
+        once, leaves this process, and answers when its imports are done); one that finds the address taken
+        (another client started a server first) ends at once, and this client joins the one that holds it."""
+        started, starts, deadline = None, 0, time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            connection.settimeout(timeout)
             try:
-                data = self.channel.recv(MESSAGE)
+                connection.connect(self.address)
+                connection.send(json.dumps({"session": True}).encode())
+                reply = connection.recv(MESSAGE)  # b"": the server ended meanwhile
+            except (ConnectionRefusedError, FileNotFoundError):
+                reply = None  # no server
             except OSError:
-                data = b""
-            with self.changed:
-                if not data:
-                    self.alive = False
-                    self.changed.notify_all()
-                    return
-                message = json.loads(data)
-                if "pid" in message:
-                    self.started.append(message["pid"])
-                else:
-                    self.exited[message["exit"]] = message["returncode"]
-                self.changed.notify_all()
+                reply = b""
+            if reply:
+                connection.settimeout(None)
+                return connection, json.loads(reply)["pid"]
+            connection.close()
+            if reply is None and (started is None or started.poll() is not None):
+                if (started is not None and started.returncode != 0) or starts == 3:  # (0: it serves, or lost the race)
+                    raise RuntimeError(f"the fork server did not start (see {self.log})")
+                starts += 1
+                with open(self.log, "a") as log:
+                    started = subprocess.Popen([sys.executable, __file__, "--serve", printable(self.address)],
+                                               stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            time.sleep(0.05)
+        raise RuntimeError(f"no fork server answered at {printable(self.address)} within {timeout} s (see {self.log})")
+
+    def watch_session(self) -> None:
+        with contextlib.suppress(OSError):
+            self.session.recv(MESSAGE)  # nothing comes but the end
+        with self.changed:
+            self.alive = False
+            self.changed.notify_all()
 
     def start(self, request: dict, fds: tuple[int, int, int]) -> int:
-        with self.lock, self.changed:
-            socket.send_fds(self.channel, [json.dumps(request).encode()], list(fds))
-            while not self.started:
-                if not self.alive:
-                    raise RuntimeError("the fork server ended")
-                self.changed.wait()
-            return self.started.pop()
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            connection.connect(self.address)
+            socket.send_fds(connection, [json.dumps(request).encode()], list(fds))
+            reply = connection.recv(MESSAGE)
+        except OSError:
+            reply = b""
+        if not reply:
+            connection.close()
+            raise RuntimeError("the fork server ended")
+        pid = json.loads(reply)["pid"]
+        threading.Thread(target=self.watch, args=(connection, pid), daemon=True).start()
+        return pid
+
+    def watch(self, connection: socket.socket, pid: int) -> None:
+        """Wait for the process's exit on its connection (its end with the connection: the server is gone)."""
+        try:
+            ended = connection.recv(MESSAGE)
+        except OSError:
+            ended = b""
+        connection.close()
+        with self.changed:
+            self.exited[pid] = json.loads(ended)["returncode"] if ended else None
+            self.changed.notify_all()
 
     def returncode(self, pid: int, timeout: float | None) -> int | None:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.changed:
             while pid not in self.exited:
                 left = None if deadline is None else deadline - time.monotonic()
-                if not self.alive or (left is not None and left <= 0):
+                if left is not None and left <= 0:
                     return None
                 self.changed.wait(left)
             return self.exited[pid]
 
     def close(self) -> None:
+        """End this client's session (the server ends with the last one)."""
         with contextlib.suppress(OSError):
-            # shut down first: the reader thread's blocked recv keeps the socket open through a close alone, so the
-            # server would never see its end, outlive the tests and make `wait` below sit out its 10 s
-            self.channel.shutdown(socket.SHUT_RDWR)
-            self.channel.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.server.wait(timeout=10)
+            # shut down first: the watching thread's blocked recv keeps the socket open through a close alone
+            self.session.shutdown(socket.SHUT_RDWR)
+            self.session.close()
+
+
+def run_address() -> str:
+    """The address of this test run's server, shared by the run's processes: pytest-xdist's workers (one run id)
+    and what they start; a run without xdist gets its own (`RUN`). In the abstract namespace: nothing on disk to
+    clean up, gone with the server."""
+    return f"\0unlearnbench-forkserver-{os.geteuid()}-{os.environ.get('PYTEST_XDIST_TESTRUNUID') or RUN}"
+
+
+# a run without xdist: the first process that imports this module, its id kept in the environment for its children
+RUN = os.environ.setdefault("UNLEARNBENCH_FORKSERVER_RUN", str(os.getpid()))
+
+
+def printable(address: str) -> str:
+    """An abstract address as a command line can carry it: '@' for its leading NUL, as `ss` shows it."""
+    return "@" + address[1:]
+
+
+def abstract(printed: str) -> str:
+    return "\0" + printed[1:]
 
 
 class Forked:
@@ -362,11 +486,12 @@ class Forked:
     for `python -c`, its code the first of `args`; `merged` sends stderr into stdout, as `stderr=subprocess.STDOUT`
     does (`stderr` is then None); `terminal`, a pseudo-terminal's follower end, takes both streams (`stdout` and
     `stderr` are then None: the test reads the leader end); `real_forkservers`: multiprocessing's forkservers start
-    as fresh interpreters, as outside the tests, instead of as forks of this server (`relay_forkservers`)."""
+    as fresh interpreters, as outside the tests, instead of as forks of this server (`relay_forkservers`);
+    `real_slurm_tasks`: so do SLURM's tasks (`relay_slurm_tasks`)."""
 
     def __init__(self, server: ForkServer, program: str, args: list[str], cwd: Path, env: dict,
                  new_session: bool = False, sigint_default: bool = False, merged: bool = False,
-                 terminal: int | None = None, real_forkservers: bool = False) -> None:
+                 terminal: int | None = None, real_forkservers: bool = False, real_slurm_tasks: bool = False) -> None:
         self.server, self.args, self.returncode = server, [program, *args], None
         if terminal is not None:
             stdout_read = stderr_read = None
@@ -375,6 +500,7 @@ class Forked:
             stdout_read, stdout_write = os.pipe()
             stderr_read, stderr_write = os.pipe() if not merged else (None, os.dup(stdout_write))
         stdin = os.open(os.devnull, os.O_RDONLY)
+        sigint_ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         if program == "-m unlearnbench":
             import unlearnbench
 
@@ -385,8 +511,8 @@ class Forked:
             argv0 = str(Path(sys.executable).parent / program)
             script_dir = str(Path(argv0).parent)
         request = {"program": program, "args": args, "cwd": str(cwd), "env": env, "new_session": new_session,
-                   "sigint_default": sigint_default, "argv0": argv0, "script_dir": script_dir,
-                   "real_forkservers": real_forkservers}
+                   "sigint_default": sigint_default, "sigint_ignored": sigint_ignored, "argv0": argv0,
+                   "script_dir": script_dir, "real_forkservers": real_forkservers, "real_slurm_tasks": real_slurm_tasks}
         try:
             self.pid = server.start(request, (stdin, stdout_write, stderr_write))
         finally:
@@ -473,34 +599,24 @@ def run(program: str, args: list[str], cwd: Path, env: dict, timeout: float | No
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
-def spawner_socket() -> socket.socket:
-    """The server's listening socket for relays (`relay`), in a folder of its own that only this user can enter."""
-    import tempfile
-
-    global SPAWNER
-    SPAWNER = str(Path(tempfile.mkdtemp(prefix="unlearnbench-forkserver-")) / "relay")
+if __name__ == "__main__" and sys.argv[1] == "--relay":  # the descriptors passed, or "-" for none
+    relay(sys.argv[2], [int(fd) for fd in sys.argv[3].split(",") if fd.isdigit()], sys.argv[4:])
+elif __name__ == "__main__":  # --serve ADDRESS
+    ADDRESS = abstract(sys.argv[2])
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(SPAWNER)
-    listener.listen()
-    return listener
-
-
-if __name__ == "__main__" and sys.argv[1] == "--relay":
-    relay(sys.argv[2], [int(fd) for fd in sys.argv[3].split(",") if fd], sys.argv[4:])
-elif __name__ == "__main__":
-    channel = socket.socket(fileno=int(sys.argv[1]))
-    INHERITED_SIGINT = signal.getsignal(signal.SIGINT)
+    try:
+        listener.bind(ADDRESS)  # claims the address before the imports: a second server ends here, having done none
+    except OSError:
+        sys.exit(0)
+    listener.listen()  # clients wait in the backlog while the imports run
+    if os.fork():  # the server leaves the process that started it: a test process whose cost monitor measures its
+        os._exit(0)  # process tree would otherwise count every worker's commands in it
     BASE_PATH = [p for p in sys.path[1:]
                  if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     for name in PRELOAD:
         importlib.import_module(name)
-    spawner = spawner_socket()
-    channel.send(b"ready")
-    try:
-        request = serve(channel, spawner)
-    finally:
-        if os.getpid() == SERVER_PID:  # the server, at its end: not a forked child
-            shutil.rmtree(Path(SPAWNER).parent, ignore_errors=True)
-    if request is not None:
-        del channel
-        run_command(request)
+    request = serve(listener)
+    if request is None:
+        os._exit(0)  # no teardown of every module: the address is free already
+    del listener
+    run_command(request)

@@ -203,6 +203,21 @@ def run_example(source: str, folder: Path, env: dict) -> subprocess.CompletedPro
 # permutation null closely (100 random splits by default, most of a small sweep's report: 0.9 of 1.9 CPU-s).
 QUICK_REPORT = {"report.figures": "false", "report.permutations": "10"}
 
+# the report's kinds of figure (report/render/figures.py's `draw`)
+FIGURE_KINDS = ("leaderboard", "seed_study", "designs", "wasserstein", "variance", "ranks", "forget_quality",
+                "trajectories", "curves", "dynamics", "plane")
+
+
+def drawing_only(*kept: str):
+    """Within it, the report draws only the kinds of figure `kept`, for a script that copies those into the docs:
+    the others, which no assertion there reads, are not drawn (most of a report's time; their drawing is tested in
+    test_report_sweep.py). A kind the report no longer has fails here, by name."""
+    from unlearnbench.report.render import figures  # (matplotlib: imported where a test draws)
+
+    assert set(kept) <= set(FIGURE_KINDS), kept
+    return unittest.mock.patch.multiple(figures, **{kind: lambda study, folder: [] for kind in FIGURE_KINDS
+                                                    if kind not in kept})
+
 
 def with_defaults(args: list[str], defaults: dict) -> list[str]:
     """`args` with `key=value` added for each default whose key they do not set."""

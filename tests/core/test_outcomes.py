@@ -8,7 +8,11 @@ full-class method, training seeds 0-7) under three float trajectories of a 2-cor
 2 threads, and 1 thread with the kernels capped at SSE4.2 (`ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41
 MKL_ENABLE_INSTRUCTIONS=SSE4_2`). The worst value seen is quoted beside each assertion ("worst" is over single runs,
 "worst mean" over every three of the 24 runs; SCRUB's and SalUn's were measured again, the same way, after their
-defaults moved to the authors' values).
+defaults moved to the authors' values, and SCRUB's and NegGrad+'s again for `SHORTER`).
+
+Two methods run shorter than their defaults (`SHORTER`), a third of this file's time otherwise: SCRUB 4 of its 10
+digits epochs (its 3 max epochs and the first min-only one; its default's worst run was 0.164 below the original,
+its worst mean −0.17 and +0.02 on D'_r), NegGrad+ 5 of its 10 epochs (the SCRUB authors' MIA notebook's count).
 
 Not asserted, because no margin held: whether SSD, LFSSD, Bad Teacher or UNSIR lower the forget accuracy of one
 model (per run, SSD's D'_f accuracy ranged from 0.70 to 1.30 times the original's, UNSIR's up to 1.55 times; their
@@ -29,6 +33,7 @@ STRONG_FORGETTERS = ("finetune", "gradient_ascent", "neggrad_plus", "salun", "l1
 RELABELLERS = ("random_labels", "scrub")  # D_f relabelled or pushed away from the teacher, D_r kept
 RETAIN_KEEPERS = ("finetune", "salun", "l1_sparse", "random_labels", "scrub")  # keep training on D_r
 METHODS = sorted({*STRONG_FORGETTERS, *RELABELLERS, *RETAIN_KEEPERS, "retrain"})  # the methods asserted on
+SHORTER = {"scrub": ["method.epochs=4"], "neggrad_plus": ["method.epochs=5"]}  # the module docstring says why
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +42,7 @@ def runs(tmp_path_factory, shared_cache) -> list[dict]:
     folder = tmp_path_factory.mktemp("outcomes")
     out = []
     for seed in SEEDS:
-        outcome = run_in_process([*TINY, f"seeds.train={seed}"], folder, METHODS, shared_cache)
+        outcome = run_in_process([*TINY, f"seeds.train={seed}"], folder, METHODS, shared_cache, SHORTER)
         assert outcome.error is None, outcome.trace
         out.append({(r["method"] or r["role"], r["metric"], r["split"]): r["value"] for r in outcome.records})
     return out
@@ -72,14 +77,16 @@ def test_methods_that_train_on_the_retain_set_or_ascend_on_the_forget_set_forget
 
 @pytest.mark.parametrize("method", RELABELLERS)
 def test_relabelling_and_distilling_away_lower_the_forget_set_accuracy(runs, method):
-    for run in runs:  # worst run: 0.164 below the original (both)
+    for run in runs:  # worst run: 0.164 below the original (random labels), 0.110 (SCRUB)
         assert run[method, "acc", "forget_train"] < run["original", "acc", "forget_train"]
-    assert mean(runs, method, "forget_train") < mean(runs, "original", "forget_train") - 0.05  # worst mean −0.17
+    # worst mean −0.17, SCRUB's −0.158
+    assert mean(runs, method, "forget_train") < mean(runs, "original", "forget_train") - 0.05
 
 
 @pytest.mark.parametrize("method", RETAIN_KEEPERS)
 def test_methods_that_keep_training_on_the_retain_set_keep_its_accuracy(runs, method):
-    assert mean(runs, method, "retain_test") > mean(runs, "original", "retain_test") - 0.05  # worst mean +0.02
+    # worst mean +0.02, SCRUB's +0.013
+    assert mean(runs, method, "retain_test") > mean(runs, "original", "retain_test") - 0.05
 
 
 def test_retrain_is_the_retrained_model(runs):

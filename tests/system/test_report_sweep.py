@@ -357,9 +357,14 @@ def test_seed_sensitivity_preset_nests_distinct_unlearning_seeds():
     assert (cfg.seeds.train, cfg.seeds.unlearn, cfg.seeds.eval) == (2, 9, 9)  # s_u = i·J + j
     params = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=True)
     assert params == {"seeds.train": "range(5)", "study.repeat": "range(4)"}  # I = 5 by default
-    pairs = [(i, compose_config(["experiment=seed_sensitivity", "study.I=3", "study.J=3", f"seeds.train={i}",
-                                 f"study.repeat={j}"]).seeds.unlearn) for i in range(3) for j in range(3)]
-    assert len({u for _, u in pairs}) == 9
+    nine = []  # one composition, each (i, j) set on a copy of it: what `seeds.train=i study.repeat=j` would set
+    for i in range(3):
+        for j in range(3):
+            grid = compose_config(["experiment=seed_sensitivity", "study.I=3", "study.J=3"])
+            OmegaConf.update(grid, "seeds.train", i)
+            OmegaConf.update(grid, "study.repeat", j)
+            nine.append(grid.seeds.unlearn)
+    assert len(set(nine)) == 9
     with pytest.raises(Exception, match=r"study\.repeat. option of experiment=seed_sensitivity must be in "
                                         r"0\.\.study\.J-1 = 0\.\.4"):
         OmegaConf.to_container(compose_config(["experiment=seed_sensitivity", "study.repeat=5"]), resolve=True)

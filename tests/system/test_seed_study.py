@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from helpers import QUICK_REPORT, TINY, results, run_cli, run_main, script
+from helpers import QUICK_REPORT, TINY, drawing_only, results, run_cli, run_main, script
 
 from unlearnbench.core.job import chosen
 from unlearnbench.report import build
@@ -42,8 +42,8 @@ def study(tmp_path_factory, shared_cache):
         shutil.copyfile(REPO / "docs" / page, root / "docs" / page)
     module = study_script()
 
-    # QUICK_REPORT: the sweeps' own reports; the study's report draws its figures, with a quick forgetting quality
-    # (its 100 permutations are half of the report's time; the study's tables do not show it)
+    # QUICK_REPORT: the sweeps' own reports; the study's report draws figures (the two --docs copies), with a quick
+    # forgetting quality (its 100 permutations are half of the report's time; the study's tables do not show it)
     quick = functools.partial(build.build_report, forget_permutations=10)
     # gradient ascent as the second method: one that depends on the unlearning seed (its batch order), as SSD does
     # not, at a tenth of fine-tuning's cost (5 steps on D_f against 5 epochs on D_r)
@@ -51,7 +51,8 @@ def study(tmp_path_factory, shared_cache):
             "--train-seeds", "6", "--unlearn-seeds", "2", "--methods", f"ssd,{SECOND}",
             f"paths.cache_dir={shared_cache}", f"paths.data_dir={root / 'data'}", "report.target_se=0.02", *TINY,
             "hydra/launcher=basic", *(f"{key}={value}" for key, value in QUICK_REPORT.items())]
-    with unittest.mock.patch.object(build, "build_report", quick):
+    # the study's report draws the two figures --docs copies, not its others (their drawing: test_report_sweep.py)
+    with unittest.mock.patch.object(build, "build_report", quick), drawing_only("leaderboard", "seed_study"):
         return root / "study", run_main(module, argv, root)
 
 

@@ -82,10 +82,12 @@ def command(args: list[str], root: Path, sweep: str, cache: str | Path = "cache"
 
 
 def sweep(args: list[str], root: Path, env: dict, sweep: str, cache: str | Path = "cache",
-          timeout: int = 300) -> subprocess.CompletedProcess:
-    """The sweep's submitting process, forked from the test's fork server (forkserver.py); its array's tasks are
-    the processes SLURM starts."""
-    return forkserver.run("unlearnbench", command(args, root, sweep, cache)[1:], root, env, timeout=timeout)
+          timeout: int = 300, **options) -> subprocess.CompletedProcess:
+    """The sweep's submitting process, forked from the test's fork server (forkserver.py). Its array's tasks are
+    the processes SLURM starts, each a relay whose module runs in a fork of that server (forkserver.py's
+    `relay_slurm_tasks`), or, with `real_slurm_tasks=True`, a fresh interpreter."""
+    return forkserver.run("unlearnbench", command(args, root, sweep, cache)[1:], root, env, timeout=timeout,
+                          **options)
 
 
 def submitting(command: list[str], root: Path, env: dict) -> forkserver.Forked:
@@ -129,9 +131,10 @@ def held_job(root: Path, seed: int, sweep: forkserver.Forked) -> str:
 def test_a_seed_sweep_runs_as_one_array_with_the_local_launchers_records(cluster, tmp_path, shared_cache):
     """Two jobs that need the same M_o, as one array of two tasks running at once on the node's two cores (in a
     cache of their own), and the same jobs on this machine (the suite's cache: test_launcher.py's models). Their
-    method is fine-tuning, long enough (110 steps) that the two tasks surely overlap."""
+    method is fine-tuning, long enough (110 steps) that the two tasks surely overlap. The tasks are fresh
+    interpreters, as outside the tests (the other tests' tasks are forks: `sweep`)."""
     args = [*TINY, "+method=finetune", "seeds.train=0", "seeds.unlearn=0,1"]
-    on_slurm = sweep([*args, *SLURM], tmp_path, cluster, "slurm", cache="cache_slurm")
+    on_slurm = sweep([*args, *SLURM], tmp_path, cluster, "slurm", cache="cache_slurm", real_slurm_tasks=True)
     assert on_slurm.returncode == 0, on_slurm.stderr[-3000:]
     local = sweep(args, tmp_path, cluster, "local", cache=shared_cache)
     assert local.returncode == 0, local.stderr[-3000:]

@@ -1,7 +1,9 @@
 """experiment=muse and experiment=wmdp as presets (their M_o and M_r apart on the benchmark's forget metric, every
 record of a method, IdkDPO and RMU on pretraining chunks), and Leak@k on the evaluation seed for MUSE and TOFU: off
 by default, the same numbers for the same seeds, other samples for another evaluation seed, the other records
-untouched. The tiny models live in the suite's shared cache."""
+untouched. The tiny models live in the suite's shared cache. MUSE's M_o trains 40 epochs, not the preset's 80: its
+forget texts still memorised far past the assertions' margins (verbmem ROUGE 0.72 against M_r's 0.25, privleak
+-100), for 9 CPU-s of training instead of 22."""
 
 from __future__ import annotations
 
@@ -15,11 +17,17 @@ from unlearnbench.tasks.text.evaluate import metrics
 pytestmark = pytest.mark.slow  # eight whole jobs of the MUSE, WMDP and TOFU presets: make test runs them
 
 ONE_THREAD = ["runtime.threads=1", "runtime.print_table=false"]
-MUSE, WMDP = ["experiment=muse", "dataset.articles=8", *ONE_THREAD], ["experiment=wmdp", *ONE_THREAD]
-# test_text_relearn's and test_text_divergence's models, from the cache; every job of the Leak@k comparison without
-# the GradNorm attack and with greedy and sampled answers of 8 tokens, not 32 (what the records compared cost)
-TOFU = ["experiment=tofu", "evaluation.gradnorm=false", "model.max_new_tokens=8", *ONE_THREAD]
+MUSE = ["experiment=muse", "dataset.articles=8", "train.epochs=40", *ONE_THREAD]  # this file's own M_o and M_r
+WMDP = ["experiment=wmdp", *ONE_THREAD]  # test_text_during's models, from the cache
+# test_text_during's models (6 entities of the built-in data, 4 records in each general set), from the cache: a
+# third of the examples to score; every job of the Leak@k comparison without the GradNorm attack and with greedy and
+# sampled answers of 8 tokens, not 32 (what the records compared cost)
+TOFU = ["experiment=tofu", "dataset.entities=6", "dataset.general=4", "evaluation.gradnorm=false",
+        "model.max_new_tokens=8", *ONE_THREAD]
 SAMPLED = ("leak_at_k", "max_rouge_at_k")  # the records of sampled generations
+# MUSE's Leak@k at TOFU's temperature here, 1.5: 8 questions make a leak a multiple of 1/8, and at 1.0 the
+# 40-epoch models' samples leak the same counts for evaluation seeds 0 and 1 (at 1.5 two models of three differ)
+SAMPLING = ["evaluation.sampling.k=3", "evaluation.sampling.temperature=1.5"]
 
 
 def table(outcome) -> dict:
@@ -34,8 +42,8 @@ def muse(tmp_path_factory, shared_cache):
     plain = run_in_process(MUSE, folder / "plain", ["idk_dpo", "rmu"], shared_cache)
     runs = {None: table(plain), "examples": plain.examples.frame()}
     for seeds, overrides in ((0, []), ("0 again", []), (1, ["seeds.eval=1"])):
-        runs[seeds] = table(run_in_process([*MUSE, "evaluation.sampling.k=3", *overrides], folder / str(seeds),
-                                           ["rmu"], shared_cache))
+        runs[seeds] = table(run_in_process([*MUSE, *SAMPLING, *overrides], folder / str(seeds), ["rmu"],
+                                           shared_cache))
     return runs
 
 
@@ -80,7 +88,8 @@ def test_leak_at_k_follows_the_evaluation_seed_and_leaves_every_other_record_alo
     plain = {k: v for k, v in muse[None].items() if k[1] != "idk_dpo"}
     assert {k: v for k, v in sampled.items() if k[2] not in SAMPLED} == plain
     assert {k: v for k, v in other.items() if k[2] not in SAMPLED} == plain
-    assert [other[key] for key in leaks] != list(leaks.values())  # other samples, another leak
+    samples = [key for key in sampled if key[2] in SAMPLED]  # other samples: another leak or best ROUGE somewhere
+    assert [other[key] for key in samples] != [sampled[key] for key in samples]
 
 
 def test_wmdps_original_knows_the_hazard_answers_and_its_retrained_model_guesses(tmp_path, shared_cache):

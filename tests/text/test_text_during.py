@@ -29,7 +29,8 @@ TOFU = ["experiment=tofu", "runtime.threads=1", "runtime.print_table=false", f"t
         "evaluation.gradnorm=false", "model.max_new_tokens=4"]
 # The module's jobs on 6 entities of the built-in data (1 forgotten, 50 retain records) and 4 records in each general
 # set, not 20 entities and 20 records: a third of the examples to score at each point and each final evaluation (what
-# these jobs spend most on); their own M_o and M_r train in about 10 CPU-s, once for both jobs
+# these jobs spend most on); their M_o and M_r train in about 10 CPU-s, once per suite: test_text_relearn,
+# test_text_tuning_parts and test_corpus_jobs' Leak@k jobs take the same ones from the shared cache (keep them equal)
 SMALL = ["dataset.entities=6", "dataset.general=4"]
 COSTS = ("time_s", "memory_gib", "utilisation_pct", "during_time_s")
 DEFAULT = {"forget_quality", "prob", "truth_ratio", "privleak"}  # TOFU's leaderboard without generation

@@ -22,10 +22,13 @@ from unlearnbench.tasks.text.evaluate import metrics
 
 ONE_THREAD = ["runtime.threads=1", "runtime.print_table=false"]
 # greedy answers of 4 tokens, not 32 (about a third of an evaluation; every stage the same, and no part of a set is
-# chosen by what a model generates)
-TEXT = ["dataset=fictitious", "model=causal_lm", "scenario=forget_entities", "model.max_new_tokens=4", *ONE_THREAD]
+# chosen by what a model generates); 6 entities and 4 records in each general set, not 20 and 20 (a third of the
+# examples to score; the 2 holdout entities kept), test_text_during's M_o and M_r
+TEXT = ["dataset=fictitious", "model=causal_lm", "scenario=forget_entities", "model.max_new_tokens=4",
+        "dataset.entities=6", "dataset.general=4", *ONE_THREAD]
 MUSE = ["dataset=muse_fictitious", "model=causal_lm", "scenario=forget_corpus", "dataset.articles=8", *ONE_THREAD]
-# `plain` as experiment=tofu composes it (the suite's shared M_o and M_r); the tuning's stages as its sweeper sets them
+# `plain` as experiment=tofu composes it (M_o and M_r from the suite's cache); the tuning's stages as its sweeper sets
+# them
 STAGES = {"plain": ["experiment=tofu"], "trial": ["experiment=tune", "tune.stage=trial"],
           "default": ["experiment=tune", "tune.stage=default"]}
 WHOLE = ("forget", "retain", "general_authors", "general_facts")
