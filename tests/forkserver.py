@@ -88,7 +88,7 @@ def serve(listener: socket.socket) -> dict | None:
     for source in (listener, wakeup_read):
         selector.register(source, selectors.EVENT_READ)
     sessions: set[socket.socket] = set()
-    owners: dict[int, socket.socket | None] = {}  # a forked process's pid → its connection (None: closed)
+    owners: dict[int, socket.socket] = {}  # a forked process's pid → its open connection
     while True:
         for key, _ in selector.select():
             source = key.fileobj
@@ -115,8 +115,9 @@ def serve(listener: socket.socket) -> dict | None:
                         end(owners)
                         listener.close()  # at once: a client that connects now is refused, and starts a server
                         return None
+                    continue
                 for pid in [pid for pid, owner in owners.items() if owner is source]:
-                    owners[pid] = None
+                    del owners[pid]  # its exit, when reaped, goes nowhere
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
                 continue
@@ -154,7 +155,7 @@ def accepted(listener: socket.socket) -> socket.socket | None:
     return None
 
 
-def reap(owners: dict[int, socket.socket | None], selector: selectors.BaseSelector) -> None:
+def reap(owners: dict[int, socket.socket], selector: selectors.BaseSelector) -> None:
     """Report each ended child on its connection (unless that is gone)."""
     while True:
         try:
@@ -171,7 +172,7 @@ def reap(owners: dict[int, socket.socket | None], selector: selectors.BaseSelect
             owner.close()
 
 
-def end(owners: dict[int, socket.socket | None]) -> None:
+def end(owners: dict[int, socket.socket]) -> None:
     """The last session is over: what still runs (left by a test) goes with the server."""
     for pid in owners:
         with contextlib.suppress(ProcessLookupError):
@@ -183,8 +184,7 @@ BASE_PATH: list[str] = []  # the interpreter's own sys.path entries (no script f
 
 def become(request: dict, fds: list[int]) -> None:
     """Turn this forked child into the process the request describes (module docstring)."""
-    ignored = request.get("sigint_ignored") and not request.get("sigint_default")  # as the asking process has it
-    signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.SIG_IGN if request["sigint_ignored"] else signal.default_int_handler)
     if request.get("new_session"):
         os.setsid()
     place(fds, request.get("fds", [0, 1, 2]))
@@ -303,8 +303,7 @@ def relay(address: str, passed: list[int], arguments: list[str]) -> None:
     if not module:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     request = {"program": program, "args": args, "cwd": os.getcwd(), "env": dict(os.environ), "argv0": program,
-               "script_dir": os.getcwd() if module else "", "sigint_default": sigint_default,
-               "sigint_ignored": not sigint_default,
+               "script_dir": os.getcwd() if module else "", "sigint_ignored": not sigint_default,
                "fds": [0, 1, 2, *passed], "mask": sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])),
                "flags": arguments[:split]}
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -500,7 +499,8 @@ class Forked:
             stdout_read, stdout_write = os.pipe()
             stderr_read, stderr_write = os.pipe() if not merged else (None, os.dup(stdout_write))
         stdin = os.open(os.devnull, os.O_RDONLY)
-        sigint_ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        # SIGINT as this process has it (ignored stays ignored, as across exec), or Python's default if asked
+        sigint_ignored = not sigint_default and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         if program == "-m unlearnbench":
             import unlearnbench
 
@@ -511,7 +511,7 @@ class Forked:
             argv0 = str(Path(sys.executable).parent / program)
             script_dir = str(Path(argv0).parent)
         request = {"program": program, "args": args, "cwd": str(cwd), "env": env, "new_session": new_session,
-                   "sigint_default": sigint_default, "sigint_ignored": sigint_ignored, "argv0": argv0,
+                   "sigint_ignored": sigint_ignored, "argv0": argv0,
                    "script_dir": script_dir, "real_forkservers": real_forkservers, "real_slurm_tasks": real_slurm_tasks}
         try:
             self.pid = server.start(request, (stdin, stdout_write, stderr_write))
