@@ -120,6 +120,27 @@ def test_the_tree_memory_counts_children_and_grandchildren_as_psutil_does(monkey
     assert fast == pytest.approx(walked, abs=8 * 2**20)  # this process's own pages may move between the reads
 
 
+@pytest.mark.processes
+def test_a_process_started_between_the_clock_before_its_fork_and_the_clock_in_it():
+    """A job's start-up is timed from `process_started()`: a child forked now started after the clock read before
+    the fork (less one clock tick, the resolution of /proc's start time) and before the clock read in the child.
+    psutil's `create_time()`, which adds whole-second boot times, was a second early on the machine that found it."""
+    import json
+
+    from unlearnbench.runtime.monitor import process_started
+
+    read, write = os.pipe()
+    before = time.time()
+    pid = os.fork()
+    if pid == 0:
+        os.write(write, json.dumps([process_started(), time.time()]).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    started, in_child = json.loads(os.read(read, 1000))
+    os.close(read), os.close(write)
+    assert before - 1 / os.sysconf("SC_CLK_TCK") - 0.002 <= started <= in_child
+
+
 def test_memory_and_time_are_numbers_for_an_empty_block():
     with CostMonitor(torch.device("cpu")).measure() as cost:
         pass

@@ -12,20 +12,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-import psutil
 from lightning_fabric import Fabric
 
 from unlearnbench.core.catalogue import declared
 from unlearnbench.core.plan import JobPlan
 from unlearnbench.runtime import progress
 from unlearnbench.runtime.errors import FILE_ONLY, UserError
-from unlearnbench.runtime.monitor import Cost
+from unlearnbench.runtime.monitor import Cost, process_started
 from unlearnbench.runtime.numerics import numerics_identity
 from unlearnbench.runtime.ranks import JOB, Failure, Lockstep, PeerFailed, RoundAbandoned
 from unlearnbench.runtime.seeding import configure_determinism
 
 log = logging.getLogger(__name__)
-idle_since = psutil.Process().create_time()  # start of this process, then the end of its last job
+idle_since = process_started()  # start of this process, then the end of its last job
 
 
 class Examples(Protocol):
@@ -76,7 +75,7 @@ class Outcome:
         """An outcome whose first timing is the start-up (from the process start or the previous job's end), with
         this process's determinism switches set for the job and its numerics identity taken after them."""
         outcome = cls()
-        outcome.timings["startup"] = time.time() - max(idle_since, psutil.Process().create_time())
+        outcome.timings["startup"] = time.time() - max(idle_since, process_started())
         runtime, config = plan.config["runtime"], plan.config
         configure_determinism(runtime["deterministic"], runtime["threads"], runtime["matmul_precision"])
         outcome.numerics = numerics_identity(fabric.device, config["precision"]["name"], fabric.world_size,

@@ -45,6 +45,20 @@ PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 CHILDREN_FILES = sys.platform == "linux" and os.path.exists(f"/proc/self/task/{os.getpid()}/children")
 
 
+def process_started() -> float:
+    """When this process started, as a `time.time()` value. psutil's `create_time()` adds the start's offset from
+    boot to the boot time, which Linux gives in whole seconds (/proc/stat's btime): up to a second off the wall
+    clock, so a start-up timed with it could exceed the wall clock around it. Here the process's age is read on the
+    boot clock alone (/proc/self/stat's start, in clock ticks, against CLOCK_BOOTTIME) and taken from now."""
+    try:
+        with open("/proc/self/stat") as stat:
+            after_name = stat.read().rsplit(")", 1)[1].split()
+        started_after_boot = int(after_name[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime
+        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - started_after_boot)
+    except (OSError, AttributeError, ValueError, IndexError):  # no /proc (macOS) or no CLOCK_BOOTTIME
+        return psutil.Process().create_time()
+
+
 def tree_rss(process: psutil.Process) -> int:
     """The resident memory of `process` and of every process below it, in bytes."""
     if not CHILDREN_FILES:
