@@ -82,13 +82,16 @@ def unsir_on_two_ranks(fabric: Fabric) -> dict:
 
 
 def on_two_ranks(fabric: Fabric) -> dict:
-    """Run by each rank: both checks below, in one launch (starting two ranks costs each its imports)."""
+    """Run by each rank: both checks below, in one launch."""
     return {"unsir": unsir_on_two_ranks(fabric), "predictions": predictions_on_two_ranks(fabric)}
 
 
 @pytest.fixture(scope="module")
 def two_ranks() -> dict:
-    return launch(Fabric(accelerator="cpu", strategy="ddp_spawn", devices=2), on_two_ranks)
+    """Two ranks forked from this process (Fabric's `ddp_fork`: what is checked does not depend on how the ranks
+    start, and a spawned rank would spend 8 CPU-s importing torch, Lightning and the task again; the jobs'
+    ddp_spawn is test_every_image_method_completes_on_two_ranks's)."""
+    return launch(Fabric(accelerator="cpu", strategy="ddp_fork", devices=2), on_two_ranks)
 
 
 def test_unsir_keeps_two_ranks_in_step(two_ranks):

@@ -142,9 +142,10 @@ def agreements(fabric: Fabric) -> dict:
 
 def test_ranks_agree_on_every_units_outcome(tmp_path, monkeypatch):
     """Failing alike is the plain message; failing differently or on one rank names the first failing rank; ranks
-    at different units cannot go on (both leave, with the same reason)."""
+    at different units cannot go on (both leave, with the same reason). The ranks are forks of this process
+    (`ddp_fork`: the agreement does not depend on how they start; spawned, each imports torch and Lightning again)."""
     monkeypatch.setenv("UB_TEST_FOLDER", str(tmp_path))
-    outcome, other = launch(Fabric(accelerator="cpu", strategy="ddp_spawn", devices=2), agreements)
+    outcome, other = launch(Fabric(accelerator="cpu", strategy="ddp_fork", devices=2), agreements)
     assert outcome == other
     assert outcome["ok"] is None and outcome["alike"] == "ValueError: same"
     assert outcome["one"] == "on rank 1: KeyError: x"
