@@ -449,6 +449,8 @@ class ForkServer:
                 if left is not None and left <= 0:
                     return None
                 self.changed.wait(left)
+            if self.exited[pid] is None:
+                raise RuntimeError(f"the fork server ended before its process {pid} did (see {self.log})")
             return self.exited[pid]
 
     def close(self) -> None:

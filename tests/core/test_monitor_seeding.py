@@ -133,11 +133,14 @@ def test_a_process_started_between_the_clock_before_its_fork_and_the_clock_in_it
     before = time.time()
     pid = os.fork()
     if pid == 0:
-        os.write(write, json.dumps([process_started(), time.time()]).encode())
-        os._exit(0)
+        try:
+            os.write(write, json.dumps([process_started(), time.time()]).encode())
+        finally:
+            os._exit(0)  # never back into pytest
     os.waitpid(pid, 0)
+    os.close(write)
     started, in_child = json.loads(os.read(read, 1000))
-    os.close(read), os.close(write)
+    os.close(read)
     assert before - 1 / os.sysconf("SC_CLK_TCK") - 0.002 <= started <= in_child
 
 

@@ -143,14 +143,13 @@ def test_a_relayed_task_is_a_fork_of_the_server_and_a_real_one_a_fresh_interpret
 def test_the_processes_of_a_run_share_its_server_and_another_run_gets_its_own_address():
     """A second process of the run (a test worker, a test's own script: the run's environment) joins this process's
     server instead of starting one (5-8 s of imports each); a process of another run has another address."""
-    join = f"import sys; sys.path.insert(0, {str(Path(forkserver.__file__).parent)!r}); import forkserver; " \
-           "print(forkserver.server().pid)"
-    joined = subprocess.run([sys.executable, "-S", "-c", join], capture_output=True, text=True, timeout=60)
+    importing = f"import sys; sys.path.insert(0, {str(Path(forkserver.__file__).parent)!r}); import forkserver; "
+    joined = subprocess.run([sys.executable, "-S", "-c", importing + "print(forkserver.server().pid)"],
+                            capture_output=True, text=True, timeout=60)
     assert joined.returncode == 0, joined.stderr
     assert int(joined.stdout) == forkserver.server().pid
     other = {key: value for key, value in os.environ.items() if key != "PYTEST_XDIST_TESTRUNUID"}
     other["UNLEARNBENCH_FORKSERVER_RUN"] = "another run"
-    address = "import os, forkserver; print(repr(forkserver.run_address()))"
-    printed = subprocess.run([sys.executable, "-S", "-c", join.split("import forkserver")[0] + address],
+    printed = subprocess.run([sys.executable, "-S", "-c", importing + "print(repr(forkserver.run_address()))"],
                              capture_output=True, text=True, timeout=60, env=other).stdout
     assert printed.strip() not in ("", repr(forkserver.run_address()))
